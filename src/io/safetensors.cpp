@@ -1,0 +1,303 @@
+#include "io/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "util/error.h"
+#include "util/half.h"
+
+namespace clef {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct DTypeInfo {
+    DType t;
+    const char* name;
+    size_t size;
+};
+constexpr DTypeInfo kDTypes[] = {
+    {DType::BOOL, "BOOL", 1}, {DType::U8, "U8", 1},     {DType::I8, "I8", 1},     {DType::U16, "U16", 2},
+    {DType::I16, "I16", 2},   {DType::F16, "F16", 2},   {DType::BF16, "BF16", 2}, {DType::U32, "U32", 4},
+    {DType::I32, "I32", 4},   {DType::F32, "F32", 4},   {DType::U64, "U64", 8},   {DType::I64, "I64", 8},
+    {DType::F64, "F64", 8},
+};
+
+// Headers larger than this are refused (the real Clef-Flash shards have headers of ~100 KB).
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+}  // namespace
+
+size_t dtype_size(DType t) {
+    for (const auto& d : kDTypes)
+        if (d.t == t) return d.size;
+    return 0;
+}
+
+std::string_view dtype_name(DType t) {
+    for (const auto& d : kDTypes)
+        if (d.t == t) return d.name;
+    return "?";
+}
+
+bool parse_dtype(std::string_view s, DType& out) {
+    for (const auto& d : kDTypes)
+        if (s == d.name) {
+            out = d.t;
+            return true;
+        }
+    return false;
+}
+
+int64_t TensorView::numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+}
+
+void TensorView::copy_to_f32(float* dst) const {
+    const size_t n = static_cast<size_t>(numel());
+    const unsigned char* p = data;
+    switch (dtype) {
+        case DType::F32: std::memcpy(dst, p, n * 4); return;
+        case DType::BF16:
+            for (size_t i = 0; i < n; ++i) {
+                uint16_t h;
+                std::memcpy(&h, p + 2 * i, 2);
+                dst[i] = bf16_to_f32(h);
+            }
+            return;
+        case DType::F16:
+            for (size_t i = 0; i < n; ++i) {
+                uint16_t h;
+                std::memcpy(&h, p + 2 * i, 2);
+                dst[i] = f16_to_f32(h);
+            }
+            return;
+        case DType::F64:
+            for (size_t i = 0; i < n; ++i) {
+                double v;
+                std::memcpy(&v, p + 8 * i, 8);
+                dst[i] = static_cast<float>(v);
+            }
+            return;
+#define CLEF_INT_CASE(DT, CT)                         \
+    case DType::DT:                                   \
+        for (size_t i = 0; i < n; ++i) {              \
+            CT v;                                     \
+            std::memcpy(&v, p + sizeof(CT) * i, sizeof(CT)); \
+            dst[i] = static_cast<float>(v);           \
+        }                                             \
+        return;
+            CLEF_INT_CASE(U8, uint8_t)
+            CLEF_INT_CASE(I8, int8_t)
+            CLEF_INT_CASE(U16, uint16_t)
+            CLEF_INT_CASE(I16, int16_t)
+            CLEF_INT_CASE(U32, uint32_t)
+            CLEF_INT_CASE(I32, int32_t)
+            CLEF_INT_CASE(U64, uint64_t)
+            CLEF_INT_CASE(I64, int64_t)
+#undef CLEF_INT_CASE
+        case DType::BOOL: break;
+    }
+    throw Error(file + ": tensor " + name + ": cannot convert dtype " + std::string(dtype_name(dtype)) + " to F32");
+}
+
+std::vector<float> TensorView::to_f32() const {
+    std::vector<float> out(static_cast<size_t>(numel()));
+    copy_to_f32(out.data());
+    return out;
+}
+
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+    SafetensorsFile f;
+    f.file_ = std::make_shared<MappedFile>(MappedFile::open(path));
+    const size_t size = f.file_->size();
+    const unsigned char* base = f.file_->data();
+    auto fail = [&](const std::string& what) -> Error { return Error(path + ": " + what); };
+
+    if (size < 8) throw fail("file too short for a safetensors header (" + std::to_string(size) + " bytes)");
+    uint64_t header_len = 0;
+    for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | base[i];
+    if (header_len > kMaxHeaderBytes)
+        throw fail("header length " + std::to_string(header_len) + " exceeds the limit of " +
+                   std::to_string(kMaxHeaderBytes) + " bytes");
+    if (header_len > size - 8)
+        throw fail("header length " + std::to_string(header_len) + " runs past the end of the file (" +
+                   std::to_string(size) + " bytes)");
+    const size_t data_start = 8 + static_cast<size_t>(header_len);
+    const size_t data_size = size - data_start;
+
+    nlohmann::json header;
+    try {
+        header = nlohmann::json::parse(base + 8, base + data_start);
+    } catch (const nlohmann::json::exception& e) {
+        throw fail(std::string("header is not valid JSON: ") + e.what());
+    }
+    if (!header.is_object()) throw fail("header is not a JSON object");
+
+    struct Range {
+        size_t begin, end;
+        const std::string* name;
+    };
+    std::vector<Range> ranges;
+    for (auto it = header.begin(); it != header.end(); ++it) {
+        const std::string& name = it.key();
+        const auto& v = it.value();
+        if (name == "__metadata__") {
+            if (!v.is_object()) throw fail("__metadata__ is not an object");
+            for (auto m = v.begin(); m != v.end(); ++m) {
+                if (!m.value().is_string()) throw fail("__metadata__ value for '" + m.key() + "' is not a string");
+                f.metadata_[m.key()] = m.value().get<std::string>();
+            }
+            continue;
+        }
+        auto tfail = [&](const std::string& what) { return fail("tensor '" + name + "': " + what); };
+        if (!v.is_object()) throw tfail("entry is not an object");
+        auto dt = v.find("dtype");
+        auto sh = v.find("shape");
+        auto off = v.find("data_offsets");
+        if (dt == v.end() || !dt->is_string()) throw tfail("missing or non-string dtype");
+        if (sh == v.end() || !sh->is_array()) throw tfail("missing or non-array shape");
+        if (off == v.end() || !off->is_array() || off->size() != 2) throw tfail("data_offsets must be [begin, end]");
+        TensorView t;
+        t.name = name;
+        t.file = path;
+        if (!parse_dtype(dt->get<std::string>(), t.dtype)) throw tfail("unknown dtype '" + dt->get<std::string>() + "'");
+        // Shape product with overflow checks.
+        unsigned __int128 numel = 1;
+        for (const auto& d : *sh) {
+            if (!d.is_number_unsigned()) throw tfail("shape entries must be non-negative integers");
+            uint64_t dim = d.get<uint64_t>();
+            if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) throw tfail("dimension too large");
+            t.shape.push_back(static_cast<int64_t>(dim));
+            numel *= dim;
+            if (numel > (static_cast<unsigned __int128>(1) << 62)) throw tfail("shape product overflows");
+        }
+        for (const auto& o : *off)
+            if (!o.is_number_unsigned()) throw tfail("data_offsets must be non-negative integers");
+        uint64_t b = (*off)[0].get<uint64_t>(), e = (*off)[1].get<uint64_t>();
+        if (b > e) throw tfail("data_offsets begin " + std::to_string(b) + " > end " + std::to_string(e));
+        if (e > data_size)
+            throw tfail("data_offsets end " + std::to_string(e) + " is past the data section (" +
+                        std::to_string(data_size) + " bytes)");
+        unsigned __int128 expect = numel * dtype_size(t.dtype);
+        if (expect != static_cast<unsigned __int128>(e - b))
+            throw tfail("byte range " + std::to_string(e - b) + " does not match shape x dtype size (" +
+                        std::to_string(static_cast<uint64_t>(expect)) + ")");
+        t.data = base + data_start + b;
+        t.nbytes = static_cast<size_t>(e - b);
+        f.tensors_.push_back(std::move(t));
+    }
+    for (const auto& t : f.tensors_) {
+        size_t b = static_cast<size_t>(t.data - (base + data_start));
+        ranges.push_back({b, b + t.nbytes, &t.name});
+    }
+    std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
+        return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+    });
+    for (size_t i = 1; i < ranges.size(); ++i) {
+        // Empty tensors occupy no bytes and never overlap.
+        if (ranges[i].begin == ranges[i].end || ranges[i - 1].begin == ranges[i - 1].end) continue;
+        if (ranges[i].begin < ranges[i - 1].end)
+            throw fail("tensors '" + *ranges[i - 1].name + "' and '" + *ranges[i].name + "' overlap");
+    }
+    std::sort(f.tensors_.begin(), f.tensors_.end(),
+              [](const TensorView& a, const TensorView& b) { return a.name < b.name; });
+    return f;
+}
+
+const TensorView* SafetensorsFile::find(std::string_view name) const {
+    auto it = std::lower_bound(tensors_.begin(), tensors_.end(), name,
+                               [](const TensorView& t, std::string_view n) { return t.name < n; });
+    if (it != tensors_.end() && it->name == name) return &*it;
+    return nullptr;
+}
+
+Checkpoint Checkpoint::open_files(const std::vector<std::string>& files) {
+    Checkpoint c;
+    c.files_.reserve(files.size());
+    for (const auto& p : files) c.files_.push_back(SafetensorsFile::open(p));
+    for (const auto& f : c.files_)
+        for (const auto& t : f.tensors()) {
+            auto [it, inserted] = c.by_name_.emplace(t.name, &t);
+            if (!inserted)
+                throw Error("tensor '" + t.name + "' appears in both " + it->second->file + " and " + t.file);
+        }
+    c.description_ = files.size() == 1 ? files[0] : files[0] + " (+" + std::to_string(files.size() - 1) + " shards)";
+    return c;
+}
+
+Checkpoint Checkpoint::open(const std::string& path) {
+    std::error_code ec;
+    if (!fs::is_directory(path, ec)) return open_files({path});
+    fs::path dir(path);
+    fs::path index = dir / "model.safetensors.index.json";
+    if (fs::exists(index)) {
+        nlohmann::json j;
+        try {
+            MappedFile m = MappedFile::open(index.string());
+            j = nlohmann::json::parse(m.data(), m.data() + m.size());
+        } catch (const nlohmann::json::exception& e) {
+            throw Error(index.string() + ": not valid JSON: " + e.what());
+        }
+        if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+            throw Error(index.string() + ": missing weight_map object");
+        std::vector<std::string> shards;
+        std::map<std::string, std::string> expected;
+        for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+            if (!it.value().is_string()) throw Error(index.string() + ": weight_map['" + it.key() + "'] is not a string");
+            std::string shard = it.value().get<std::string>();
+            if (shard.find('/') != std::string::npos || shard == ".." || shard.empty())
+                throw Error(index.string() + ": shard name '" + shard + "' is not a plain file name");
+            expected[it.key()] = shard;
+            if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);
+        }
+        std::sort(shards.begin(), shards.end());
+        std::vector<std::string> paths;
+        for (const auto& s : shards) paths.push_back((dir / s).string());
+        Checkpoint c = open_files(paths);
+        for (const auto& [name, shard] : expected) {
+            const TensorView* t = c.find(name);
+            if (!t) throw Error(index.string() + ": tensor '" + name + "' listed for " + shard + " is not in any shard");
+            if (fs::path(t->file).filename() != shard)
+                throw Error(index.string() + ": tensor '" + name + "' is listed for " + shard + " but found in " + t->file);
+        }
+        c.description_ = dir.string() + " (" + std::to_string(shards.size()) + " shards)";
+        return c;
+    }
+    fs::path single = dir / "model.safetensors";
+    if (fs::exists(single)) return open_files({single.string()});
+    // Publisher layout without an index: model-00001-of-0000N.safetensors.
+    std::vector<std::string> shards;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+        auto n = e.path().filename().string();
+        if (n.rfind("model-", 0) == 0 && e.path().extension() == ".safetensors") shards.push_back(e.path().string());
+    }
+    if (shards.empty()) throw Error(path + ": no model.safetensors, model.safetensors.index.json or model-*.safetensors");
+    std::sort(shards.begin(), shards.end());
+    return open_files(shards);
+}
+
+const TensorView* Checkpoint::find(std::string_view name) const {
+    auto it = by_name_.find(name);
+    return it == by_name_.end() ? nullptr : it->second;
+}
+
+const TensorView& Checkpoint::get(std::string_view name) const {
+    const TensorView* t = find(name);
+    if (!t) throw Error(description_ + ": missing tensor " + std::string(name));
+    return *t;
+}
+
+std::vector<const TensorView*> Checkpoint::all() const {
+    std::vector<const TensorView*> v;
+    for (const auto& [n, t] : by_name_) v.push_back(t);
+    return v;
+}
+
+}  // namespace clef

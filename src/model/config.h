@@ -1,0 +1,80 @@
+// Model configuration: the Qwen3.5 text backbone (config.json, nested text_config or a plain text layout),
+// the optional vision tower, and the joint schema head (joint_head_config.json).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace clef {
+
+enum class LayerType { LinearAttention, FullAttention };
+
+struct TextConfig {
+    int vocab_size = 0;
+    int hidden_size = 0;
+    int intermediate_size = 0;
+    int num_layers = 0;
+    std::vector<LayerType> layer_types;  // size num_layers
+    // Gated full attention.
+    int num_heads = 0;
+    int num_kv_heads = 0;
+    int head_dim = 0;
+    bool attn_output_gate = true;
+    double rope_theta = 1e7;
+    double partial_rotary_factor = 0.25;
+    int rotary_dim = 0;                 // head_dim * partial_rotary_factor
+    std::vector<int> mrope_section;     // e.g. {11, 11, 10}; sums to rotary_dim / 2
+    bool mrope_interleaved = true;
+    // Gated DeltaNet.
+    int linear_num_key_heads = 0;
+    int linear_num_value_heads = 0;
+    int linear_key_head_dim = 0;
+    int linear_value_head_dim = 0;
+    int linear_conv_kernel = 4;
+    float rms_norm_eps = 1e-6f;
+    bool tie_word_embeddings = false;
+    int max_position_embeddings = 0;
+};
+
+struct VisionConfig {
+    int depth = 0;
+    int hidden_size = 0;
+    int num_heads = 0;
+    int intermediate_size = 0;
+    int patch_size = 16;
+    int temporal_patch_size = 2;
+    int spatial_merge_size = 2;
+    int num_position_embeddings = 0;
+    int out_hidden_size = 0;
+    int in_channels = 3;
+    std::string hidden_act;
+};
+
+struct HeadConfig {
+    int hidden_size = 0;
+    int width = 0;
+    int routing_layers = 0;
+    int layers = 0;
+    int heads = 0;
+    int feedforward = 0;
+};
+
+struct ModelConfig {
+    std::string architecture;  // e.g. Qwen3_5ForConditionalGeneration
+    std::string model_type;    // e.g. qwen3_5
+    TextConfig text;
+    std::optional<VisionConfig> vision;
+    int image_token_id = -1;
+    int video_token_id = -1;
+    int vision_start_token_id = -1;
+    int vision_end_token_id = -1;
+};
+
+// Parse and validate; throw clef::Error("<path>: <field>: <problem>") for unknown or inconsistent configs.
+ModelConfig load_model_config(const std::string& config_json_path);
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source_name);
+HeadConfig load_head_config(const std::string& path);
+HeadConfig parse_head_config(const std::string& json_text, const std::string& source_name);
+
+}  // namespace clef

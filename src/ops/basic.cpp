@@ -1,0 +1,150 @@
+#include "ops/basic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "util/half.h"
+
+namespace clef::ops {
+
+void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, const float* bias, float* y) {
+#pragma omp parallel for collapse(2) schedule(static) if (m * n * k > (1 << 16))
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            const float* xr = x + i * k;
+            const float* wr = w + j * k;
+            float acc = 0.f;
+            for (int64_t t = 0; t < k; ++t) acc += xr[t] * wr[t];
+            y[i * n + j] = acc + (bias ? bias[j] : 0.f);
+        }
+}
+
+void linear_bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, const float* bias, float* y) {
+#pragma omp parallel if (m * n * k > (1 << 16))
+    {
+        std::vector<float> row(static_cast<size_t>(k));
+#pragma omp for schedule(static)
+        for (int64_t j = 0; j < n; ++j) {
+            for (int64_t t = 0; t < k; ++t) row[t] = bf16_to_f32(w[j * k + t]);
+            for (int64_t i = 0; i < m; ++i) {
+                const float* xr = x + i * k;
+                float acc = 0.f;
+                for (int64_t t = 0; t < k; ++t) acc += xr[t] * row[t];
+                y[i * n + j] = acc + (bias ? bias[j] : 0.f);
+            }
+        }
+    }
+}
+
+void layer_norm(const float* x, int64_t rows, int64_t d, const float* w, const float* b, float eps, float* y) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * d;
+        float* yr = y + r * d;
+        double mean = 0.0;
+        for (int64_t i = 0; i < d; ++i) mean += xr[i];
+        mean /= static_cast<double>(d);
+        double var = 0.0;
+        for (int64_t i = 0; i < d; ++i) {
+            double c = xr[i] - mean;
+            var += c * c;
+        }
+        var /= static_cast<double>(d);
+        const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
+        const float mf = static_cast<float>(mean);
+        for (int64_t i = 0; i < d; ++i) {
+            float v = (xr[i] - mf) * inv;
+            if (w) v *= w[i];
+            if (b) v += b[i];
+            yr[i] = v;
+        }
+    }
+}
+
+namespace {
+inline float rms_inv(const float* xr, int64_t d, float eps) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    return static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
+}
+}  // namespace
+
+void rms_norm_zc(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* y) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * d;
+        const float inv = rms_inv(xr, d, eps);
+        for (int64_t i = 0; i < d; ++i) y[r * d + i] = xr[i] * inv * (1.f + w[i]);
+    }
+}
+
+void rms_norm(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* y) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * d;
+        const float inv = rms_inv(xr, d, eps);
+        for (int64_t i = 0; i < d; ++i) y[r * d + i] = xr[i] * inv * (w ? w[i] : 1.f);
+    }
+}
+
+float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+float silu(float x) { return x * sigmoid(x); }
+float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
+float gelu_erf(float x) { return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752440f)); }
+float gelu_tanh(float x) {
+    const float c = 0.79788456080286535588f;  // sqrt(2/pi)
+    return 0.5f * x * (1.f + std::tanh(c * (x + 0.044715f * x * x * x)));
+}
+void silu_inplace(float* x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) x[i] = silu(x[i]);
+}
+void gelu_erf_inplace(float* x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) x[i] = gelu_erf(x[i]);
+}
+void gelu_tanh_inplace(float* x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) x[i] = gelu_tanh(x[i]);
+}
+
+void softmax_inplace(float* x, int64_t n) {
+    if (n <= 0) return;
+    float mx = x[0];
+    for (int64_t i = 1; i < n; ++i) mx = std::max(mx, x[i]);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = std::exp(x[i] - mx);
+        sum += x[i];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void attention(const float* q, int64_t q_stride, const float* k, int64_t k_stride, const float* v,
+               int64_t v_stride, int64_t lq, int64_t lk, int hq, int hkv, int dh, float scale, bool causal,
+               float* out, int64_t out_stride) {
+    const int group = hq / hkv;
+#pragma omp parallel if (lq * lk * hq * dh > (1 << 16))
+    {
+        std::vector<float> s(static_cast<size_t>(lk));
+#pragma omp for collapse(2) schedule(static)
+        for (int64_t i = 0; i < lq; ++i)
+            for (int h = 0; h < hq; ++h) {
+                const int g = h / group;
+                const float* qi = q + i * q_stride + h * dh;
+                const int64_t n = causal ? i + 1 : lk;
+                for (int64_t j = 0; j < n; ++j) {
+                    const float* kj = k + j * k_stride + g * dh;
+                    float acc = 0.f;
+                    for (int d = 0; d < dh; ++d) acc += qi[d] * kj[d];
+                    s[j] = acc * scale;
+                }
+                softmax_inplace(s.data(), n);
+                float* o = out + i * out_stride + h * dh;
+                for (int d = 0; d < dh; ++d) o[d] = 0.f;
+                for (int64_t j = 0; j < n; ++j) {
+                    const float* vj = v + j * v_stride + g * dh;
+                    for (int d = 0; d < dh; ++d) o[d] += s[j] * vj[d];
+                }
+            }
+    }
+}
+
+}  // namespace clef::ops

@@ -1,0 +1,62 @@
+#include "util/mmap.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "util/error.h"
+
+namespace clef {
+
+MappedFile MappedFile::open(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+        int e = errno;
+        ::close(fd);
+        throw Error(path + ": cannot stat: " + std::strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        ::close(fd);
+        throw Error(path + ": not a regular file");
+    }
+    MappedFile m;
+    m.path_ = path;
+    m.size_ = static_cast<size_t>(st.st_size);
+    if (m.size_ > 0) {
+        void* p = ::mmap(nullptr, m.size_, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            int e = errno;
+            ::close(fd);
+            throw Error(path + ": cannot map: " + std::strerror(e));
+        }
+        m.data_ = static_cast<const unsigned char*>(p);
+    }
+    ::close(fd);
+    return m;
+}
+
+MappedFile::~MappedFile() {
+    if (data_ && size_) ::munmap(const_cast<unsigned char*>(data_), size_);
+}
+
+MappedFile::MappedFile(MappedFile&& o) noexcept
+    : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), path_(std::move(o.path_)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
+    if (this != &o) {
+        if (data_ && size_) ::munmap(const_cast<unsigned char*>(data_), size_);
+        data_ = std::exchange(o.data_, nullptr);
+        size_ = std::exchange(o.size_, 0);
+        path_ = std::move(o.path_);
+    }
+    return *this;
+}
+
+}  // namespace clef

@@ -1,0 +1,30 @@
+// Read-only memory-mapped files (POSIX mmap). Move-only; unmaps on destruction.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace clef {
+
+class MappedFile {
+public:
+    MappedFile() = default;
+    // Throws clef::Error naming the path when the file cannot be opened or mapped.
+    static MappedFile open(const std::string& path);
+    ~MappedFile();
+    MappedFile(MappedFile&& o) noexcept;
+    MappedFile& operator=(MappedFile&& o) noexcept;
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+
+    const unsigned char* data() const { return data_; }
+    size_t size() const { return size_; }
+    const std::string& path() const { return path_; }
+
+private:
+    const unsigned char* data_ = nullptr;
+    size_t size_ = 0;
+    std::string path_;
+};
+
+}  // namespace clef
