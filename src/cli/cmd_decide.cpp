@@ -1,0 +1,81 @@
+// clef decide: answer one System One request body from a file or stdin.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "decision/engine.h"
+#include "util/error.h"
+#include "util/json.h"
+
+namespace clef {
+
+namespace {
+
+struct DecideArgs {
+    std::string model;
+    std::string input = "-";
+    int max_length = 16384;
+    bool debug = false;
+    std::string confidence = "reference";
+    bool serial_delta = false;
+};
+
+std::string read_input(const std::string& path) {
+    if (path == "-") {
+        std::ostringstream ss;
+        ss << std::cin.rdbuf();
+        return ss.str();
+    }
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw Error(path + ": cannot open");
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+void run_decide(const DecideArgs& a) {
+    DecideOptions opt;
+    opt.max_length = a.max_length;
+    opt.debug = a.debug;
+    opt.backbone.chunked_delta_rule = !a.serial_delta;
+    if (!parse_confidence_convention(a.confidence, opt.answers.confidence))
+        throw Error("--confidence: unknown convention '" + a.confidence + "'");
+    if (a.max_length <= 0) throw Error("--max-length must be positive");
+
+    const std::string source = a.input == "-" ? "stdin" : a.input;
+    JsonValue body;
+    JsonParseError perr;
+    if (!parse_json(read_input(a.input), body, perr))
+        throw Error(source + ": invalid JSON at byte " + std::to_string(perr.offset) + ": " + perr.message);
+    DecisionRequest req;
+    std::vector<RequestError> errors;
+    if (!parse_request(body, req, errors)) throw Error(source + ": " + describe_errors(errors));
+
+    std::unique_ptr<Engine> engine = Engine::load(a.model);
+    Decision d = engine->decide(req, opt);
+    std::string out = write_json(d.response);
+    out += '\n';
+    std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
+}  // namespace
+
+void add_decide_command(CLI::App& app) {
+    auto args = std::make_shared<DecideArgs>();
+    CLI::App* cmd = app.add_subcommand("decide", "Answer one System One request body (JSON) and print the response");
+    cmd->add_option("--model", args->model, "Model directory (publisher layout)")->required();
+    cmd->add_option("input", args->input, "Request body file, or - for stdin")->capture_default_str();
+    cmd->add_option("--max-length", args->max_length, "Maximum prompt tokens; the state is cut to fit")
+        ->capture_default_str();
+    cmd->add_flag("--debug", args->debug, "Add input_ids, spans, option ids, logits and probabilities");
+    cmd->add_option("--confidence", args->confidence,
+                    "Confidence convention: reference, typesafe, workers-ai, colibri, entropy")
+        ->capture_default_str();
+    cmd->add_flag("--serial-delta-rule", args->serial_delta, "Use the token-serial delta rule (reference oracle)");
+    cmd->callback([args] { run_decide(*args); });
+}
+
+}  // namespace clef

@@ -1,0 +1,148 @@
+#include "decision/answer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+#include "util/error.h"
+
+namespace clef {
+
+namespace {
+struct ConventionName {
+    const char* name;
+    ConfidenceConvention conv;
+};
+constexpr ConventionName kConventions[] = {
+    {"reference", ConfidenceConvention::Reference}, {"typesafe", ConfidenceConvention::TypeSafe},
+    {"workers-ai", ConfidenceConvention::WorkersAI}, {"colibri", ConfidenceConvention::Colibri},
+    {"entropy", ConfidenceConvention::Entropy},
+};
+}  // namespace
+
+bool parse_confidence_convention(std::string_view name, ConfidenceConvention& out) {
+    for (const auto& c : kConventions)
+        if (name == c.name) {
+            out = c.conv;
+            return true;
+        }
+    return false;
+}
+
+std::vector<std::string> confidence_convention_names() {
+    std::vector<std::string> v;
+    for (const auto& c : kConventions) v.emplace_back(c.name);
+    return v;
+}
+
+std::vector<float> softmax_f32(const std::vector<float>& logits) {
+    std::vector<float> p(logits.size());
+    if (logits.empty()) return p;
+    float mx = logits[0];
+    for (float l : logits) mx = std::max(mx, l);
+    float sum = 0.f;
+    for (size_t i = 0; i < logits.size(); ++i) {
+        p[i] = std::exp(logits[i] - mx);
+        sum += p[i];
+    }
+    for (auto& x : p) x /= sum;
+    return p;
+}
+
+double python_round(double x, int ndigits) {
+    if (!std::isfinite(x)) return x;
+    // glibc's printf is exact (ties to even on the exact binary value), like CPython's dtoa-based round().
+    char buf[512];
+    std::snprintf(buf, sizeof buf, "%.*f", ndigits, x);
+    double r = std::strtod(buf, nullptr);
+    if (r == 0.0) r = std::copysign(0.0, x);
+    return r;
+}
+
+double confidence(const std::vector<double>& p, QuestionType type, ConfidenceConvention conv) {
+    const size_t n = p.size();
+    if (n == 0) return 0.0;
+    size_t mode = 0;
+    for (size_t i = 1; i < n; ++i)
+        if (p[i] > p[mode]) mode = i;  // first maximum, as Python's max()
+    const double peak = p[mode];
+    if (conv == ConfidenceConvention::Reference) return peak;
+    if (n == 1) return 1.0;
+    const double dn = static_cast<double>(n);
+    switch (conv) {
+        case ConfidenceConvention::TypeSafe: {
+            if (type != QuestionType::Score) return std::max(0.0, (peak - 1.0 / dn) / (1.0 - 1.0 / dn));
+            double d = 0.0, mad = 0.0;
+            const double c = (dn - 1.0) / 2.0;
+            for (size_t i = 0; i < n; ++i) {
+                d += p[i] * std::fabs(static_cast<double>(i) - static_cast<double>(mode));
+                mad += std::fabs(static_cast<double>(i) - c);
+            }
+            mad /= dn;
+            return std::max(0.0, 1.0 - d / mad);
+        }
+        case ConfidenceConvention::WorkersAI: {
+            double s = 0.0;
+            for (double x : p) s += x * x;
+            return (s - 1.0 / dn) / (1.0 - 1.0 / dn);
+        }
+        case ConfidenceConvention::Colibri: return (dn * peak - 1.0) / (dn - 1.0);
+        case ConfidenceConvention::Entropy: {
+            double h = 0.0;
+            for (double x : p)
+                if (x > 0) h -= x * std::log(x);
+            return 1.0 - h / std::log(dn);
+        }
+        case ConfidenceConvention::Reference: break;
+    }
+    return peak;
+}
+
+JsonValue make_answer(const Question& q, const EncodedQuestion& eq, const std::vector<float>& probs,
+                      const AnswerOptions& opt) {
+    if (probs.size() != eq.option_ids.size()) throw Error("answer for " + q.id + ": probability count mismatch");
+    std::map<std::string, double> by_id;  // Python floats of the float32 probabilities
+    for (size_t i = 0; i < probs.size(); ++i) {
+        if (!std::isfinite(probs[i])) throw Error("the model produced a non-finite probability for " + q.id);
+        by_id[eq.option_ids[i]] = static_cast<double>(probs[i]);
+    }
+    auto num = [&](double x) { return JsonValue::number(opt.decimals >= 0 ? python_round(x, opt.decimals) : x); };
+    // Probabilities in answer order (request order for choice).
+    std::vector<double> ordered;
+    for (const auto& id : q.answer_order) ordered.push_back(by_id.at(id));
+
+    JsonValue a = JsonValue::object();
+    a.set("type", JsonValue::string(question_type_name(q.type)));
+    switch (q.type) {
+        case QuestionType::Noul: a.set("noul", num(by_id.at("true"))); break;
+        case QuestionType::Choice: {
+            size_t best = 0;
+            for (size_t i = 1; i < ordered.size(); ++i)
+                if (ordered[i] > ordered[best]) best = i;
+            a.set("choice", JsonValue::string(q.answer_order[best]));
+            a.set("confidence", num(confidence(ordered, q.type, opt.confidence)));
+            JsonValue p = JsonValue::object();
+            for (size_t i = 0; i < ordered.size(); ++i) p.set(q.answer_order[i], num(ordered[i]));
+            a.set("probabilities", std::move(p));
+            break;
+        }
+        case QuestionType::Score: {
+            double expected = 0.0;  // Python: sum(index * p) left to right
+            for (size_t i = 0; i < ordered.size(); ++i) expected += static_cast<double>(i) * ordered[i];
+            a.set("score", num(expected));
+            a.set("confidence", num(confidence(ordered, q.type, opt.confidence)));
+            JsonValue legend = JsonValue::object(), p = JsonValue::object();
+            for (size_t i = 0; i < ordered.size(); ++i) {
+                legend.set(q.answer_order[i], q.criteria.items()[i]);
+                p.set(q.answer_order[i], num(ordered[i]));
+            }
+            a.set("legend", std::move(legend));
+            a.set("probabilities", std::move(p));
+            break;
+        }
+    }
+    return a;
+}
+
+}  // namespace clef

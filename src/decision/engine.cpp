@@ -1,0 +1,106 @@
+#include "decision/engine.h"
+
+#include "io/model_dir.h"
+#include "io/safetensors.h"
+#include "model/head.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace clef {
+
+Engine::~Engine() = default;
+
+std::unique_ptr<Engine> Engine::load(const std::string& model_dir) {
+    ModelDir dir = locate_model_dir(model_dir);
+    if (!dir.has_head())
+        throw Error(model_dir + ": no joint_head.safetensors / joint_head_config.json: a backbone alone cannot "
+                                "answer decisions");
+    std::unique_ptr<Engine> e(new Engine());
+    e->config_ = load_model_config(dir.config_path);
+    e->head_config_ = load_head_config(dir.head_config_path);
+    if (e->head_config_.hidden_size != e->config_.text.hidden_size)
+        throw Error(dir.head_config_path + ": hidden_size " + std::to_string(e->head_config_.hidden_size) +
+                    " does not match the backbone's " + std::to_string(e->config_.text.hidden_size));
+    e->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(dir.tokenizer_path));
+    e->weights_ = std::make_unique<Checkpoint>(Checkpoint::open(dir.weights_path));
+    e->backbone_ = std::make_unique<Backbone>(e->config_.text, *e->weights_);
+    e->head_file_ = std::make_unique<SafetensorsFile>(SafetensorsFile::open(dir.head_weights_path));
+    const TensorView* lm_head = e->weights_->find("lm_head.weight");
+    if (!lm_head && e->config_.text.tie_word_embeddings)
+        lm_head = e->weights_->find(e->backbone_->prefix() + "embed_tokens.weight");
+    if (!lm_head) throw Error(e->weights_->description() + ": missing tensor lm_head.weight (the head's lexical table)");
+    e->head_ = std::make_unique<JointHead>(e->head_config_, *e->head_file_, *lm_head);
+    return e;
+}
+
+Decision Engine::decide(const DecisionRequest& req, const DecideOptions& opt, bool keep_hidden) const {
+    Decision d;
+    PromptOptions popt;
+    popt.max_length = opt.max_length;
+    popt.keep_segments = false;
+    d.prompt = encode_prompt(*tokenizer_, req, popt);
+    const auto& ids = d.prompt.input_ids;
+    const int64_t T = static_cast<int64_t>(ids.size());
+
+    std::vector<HeadQuestion> hq;
+    hq.reserve(d.prompt.questions.size());
+    for (const auto& q : d.prompt.questions) {
+        HeadQuestion h;
+        h.type = static_cast<int>(q.type);
+        h.span_begin = q.span.first;
+        h.span_end = q.span.second;
+        h.option_spans = q.option_spans;
+        hq.push_back(std::move(h));
+    }
+
+    std::vector<float> hidden = backbone_->forward(ids, opt.backbone);
+    d.logits = head_->logits(hidden.data(), T, ids, hq);
+    if (keep_hidden) d.last_hidden_state = std::move(hidden);
+
+    JsonValue answers = JsonValue::object();
+    for (size_t i = 0; i < d.logits.size(); ++i) {
+        d.probabilities.push_back(softmax_f32(d.logits[i]));
+        answers.set(req.questions[i].id,
+                    make_answer(req.questions[i], d.prompt.questions[i], d.probabilities.back(), opt.answers));
+    }
+    JsonValue usage = JsonValue::object();
+    usage.set("input_tokens", JsonValue::integer(T));
+    usage.set("output_tokens", JsonValue::integer(0));
+    d.response = JsonValue::object();
+    d.response.set("model", JsonValue::string(req.model));
+    d.response.set("answers", std::move(answers));
+    d.response.set("usage", std::move(usage));
+
+    if (opt.debug) {
+        JsonValue dbg = JsonValue::object();
+        std::vector<JsonValue> idv;
+        idv.reserve(ids.size());
+        for (int32_t id : ids) idv.push_back(JsonValue::integer(id));
+        dbg.set("input_ids", JsonValue::array(std::move(idv)));
+        std::vector<JsonValue> qs;
+        auto span_json = [](std::pair<int, int> s) {
+            return JsonValue::array({JsonValue::integer(s.first), JsonValue::integer(s.second)});
+        };
+        for (size_t i = 0; i < d.prompt.questions.size(); ++i) {
+            const auto& q = d.prompt.questions[i];
+            JsonValue o = JsonValue::object();
+            o.set("id", JsonValue::string(q.id));
+            o.set("span", span_json(q.span));
+            std::vector<JsonValue> spans, oids, lg, pr;
+            for (const auto& s : q.option_spans) spans.push_back(span_json(s));
+            for (const auto& s : q.option_ids) oids.push_back(JsonValue::string(s));
+            for (float x : d.logits[i]) lg.push_back(JsonValue::number(x));
+            for (float x : d.probabilities[i]) pr.push_back(JsonValue::number(x));
+            o.set("option_spans", JsonValue::array(std::move(spans)));
+            o.set("option_ids", JsonValue::array(std::move(oids)));
+            o.set("logits", JsonValue::array(std::move(lg)));
+            o.set("probabilities", JsonValue::array(std::move(pr)));
+            qs.push_back(std::move(o));
+        }
+        dbg.set("questions", JsonValue::array(std::move(qs)));
+        d.response.set("debug", std::move(dbg));
+    }
+    return d;
+}
+
+}  // namespace clef

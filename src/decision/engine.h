@@ -1,0 +1,66 @@
+// The decision engine: owns a loaded model (tokenizer, backbone, joint head) and answers validated requests.
+// One prefill over the whole prompt, then the head, then the answers. Thread-compatible: decide() is const and
+// keeps its scratch memory per call, but callers run one decision at a time (the server's worker does).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "decision/answer.h"
+#include "decision/prompt.h"
+#include "decision/request.h"
+#include "model/backbone.h"
+#include "model/config.h"
+#include "util/json.h"
+
+namespace clef {
+
+class Tokenizer;
+class JointHead;
+class Checkpoint;
+class SafetensorsFile;
+
+struct DecideOptions {
+    int max_length = 16384;
+    bool debug = false;  // add the "debug" object to the response
+    AnswerOptions answers;
+    BackboneOptions backbone;
+};
+
+struct Decision {
+    JsonValue response;  // {model, answers, usage} (+ debug)
+    EncodedPrompt prompt;
+    std::vector<std::vector<float>> logits;         // per question, encoded option order
+    std::vector<std::vector<float>> probabilities;  // float32 softmax of logits
+    std::vector<float> last_hidden_state;           // [T][hidden], kept only when asked (tests)
+};
+
+class Engine {
+public:
+    // Loads a model directory in the publisher layout (config.json, safetensors weights, tokenizer.json,
+    // joint_head_config.json, joint_head.safetensors). Throws clef::Error naming what is missing or malformed.
+    static std::unique_ptr<Engine> load(const std::string& model_dir);
+    ~Engine();
+
+    const Tokenizer& tokenizer() const { return *tokenizer_; }
+    const ModelConfig& config() const { return config_; }
+    const Backbone& backbone() const { return *backbone_; }
+    const JointHead& head() const { return *head_; }
+
+    // Encodes and runs one request. Throws PromptTooLong when the schema does not fit max_length, clef::Error for
+    // other failures (e.g. non-finite model output).
+    Decision decide(const DecisionRequest& req, const DecideOptions& opt = {}, bool keep_hidden = false) const;
+
+private:
+    Engine() = default;
+    ModelConfig config_;
+    HeadConfig head_config_;
+    std::unique_ptr<Tokenizer> tokenizer_;
+    std::unique_ptr<Checkpoint> weights_;
+    std::unique_ptr<SafetensorsFile> head_file_;
+    std::unique_ptr<Backbone> backbone_;
+    std::unique_ptr<JointHead> head_;
+};
+
+}  // namespace clef

@@ -1,0 +1,259 @@
+// End to end against the publisher's reference (tests/data/tiny-clef/cases.json, float64 goldens):
+// request -> validation -> prompt (ids, spans, segments exact) -> backbone -> head -> answers -> response body.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "decision/engine.h"
+#include "decision/prompt.h"
+#include "decision/request.h"
+#include "tokenizer/tokenizer.h"
+#include "util/json.h"
+
+using namespace clef;
+
+namespace {
+
+const std::string kModel = std::string(CLEF_TEST_DATA) + "/tiny-clef";
+
+std::string read_file(const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+const JsonValue& cases() {
+    static const JsonValue doc = parse_json_or_throw(read_file(kModel + "/cases.json"), "cases.json");
+    return *doc.find("cases");
+}
+
+const Engine& engine() {
+    static const std::unique_ptr<Engine> e = Engine::load(kModel);
+    return *e;
+}
+
+std::string name_of(const JsonValue& c) { return c.find("name")->as_string(); }
+
+int64_t as_int(const JsonValue* v) { return v->as_int64(); }
+
+std::vector<int32_t> ids_of(const JsonValue& arr) {
+    std::vector<int32_t> v;
+    for (const auto& x : arr.items()) v.push_back(static_cast<int32_t>(x.as_int64()));
+    return v;
+}
+
+std::pair<int, int> span_of(const JsonValue& arr) {
+    return {static_cast<int>(arr.items()[0].as_int64()), static_cast<int>(arr.items()[1].as_int64())};
+}
+
+// Structural equality with numbers compared within tol: same kinds, same keys in the same order.
+void expect_json_near(const JsonValue& got, const JsonValue& want, double tol, const std::string& path) {
+    if (want.is_number()) {
+        ASSERT_TRUE(got.is_number()) << path;
+        EXPECT_NEAR(got.as_double(), want.as_double(), tol) << path;
+        return;
+    }
+    ASSERT_EQ(got.kind(), want.kind()) << path;
+    if (want.is_object()) {
+        ASSERT_EQ(got.members().size(), want.members().size()) << path;
+        for (size_t i = 0; i < want.members().size(); ++i) {
+            EXPECT_EQ(got.members()[i].first, want.members()[i].first) << path;
+            expect_json_near(got.members()[i].second, want.members()[i].second, tol,
+                             path + "/" + want.members()[i].first);
+        }
+    } else if (want.is_array()) {
+        ASSERT_EQ(got.items().size(), want.items().size()) << path;
+        for (size_t i = 0; i < want.items().size(); ++i)
+            expect_json_near(got.items()[i], want.items()[i], tol, path + "/" + std::to_string(i));
+    } else {
+        EXPECT_TRUE(got == want) << path << ": " << write_json(got) << " vs " << write_json(want);
+    }
+}
+
+bool parse_case_request(const JsonValue& c, DecisionRequest& req, std::vector<RequestError>& errors) {
+    JsonValue body = parse_json_or_throw(c.find("request_body")->as_string(), name_of(c));
+    return parse_request(body, req, errors);
+}
+
+}  // namespace
+
+TEST(Decision, ValidationErrorsMatchReference) {
+    int n = 0;
+    for (const auto& c : cases().items()) {
+        const JsonValue* err = c.find("expected_error");
+        if (!err || err->find("stage")->as_string() != "validate") continue;
+        DecisionRequest req;
+        std::vector<RequestError> errors;
+        EXPECT_FALSE(parse_case_request(c, req, errors)) << name_of(c);
+        EXPECT_EQ(describe_errors(errors), err->find("message")->as_string()) << name_of(c);
+        ++n;
+    }
+    EXPECT_EQ(n, 2);
+}
+
+TEST(Decision, PromptEncodingIsTokenExact) {
+    int n = 0;
+    for (const auto& c : cases().items()) {
+        SCOPED_TRACE(name_of(c));
+        const JsonValue* err = c.find("expected_error");
+        if (err && err->find("stage")->as_string() == "validate") continue;
+        DecisionRequest req;
+        std::vector<RequestError> errors;
+        ASSERT_TRUE(parse_case_request(c, req, errors)) << describe_errors(errors);
+        PromptOptions opt;
+        opt.max_length = static_cast<int>(as_int(c.find("max_length")));
+        opt.keep_segments = true;
+        if (err) {
+            try {
+                encode_prompt(engine().tokenizer(), req, opt);
+                ADD_FAILURE() << "expected PromptTooLong";
+            } catch (const PromptTooLong& e) {
+                EXPECT_EQ(std::string(e.what()), err->find("message")->as_string());
+            }
+            ++n;
+            continue;
+        }
+        EncodedPrompt p = encode_prompt(engine().tokenizer(), req, opt);
+        EXPECT_EQ(p.input_ids, ids_of(*c.find("input_ids")));
+        EXPECT_EQ(p.fixed_length, as_int(c.find("fixed_length")));
+        EXPECT_EQ(p.state_tokens_total, as_int(c.find("state_tokens_total")));
+        EXPECT_EQ(p.state_tokens_kept, as_int(c.find("state_tokens_kept")));
+        const auto& segs = c.find("segments")->items();
+        ASSERT_EQ(p.segments.size(), segs.size());
+        for (size_t i = 0; i < segs.size(); ++i) {
+            EXPECT_EQ(p.segments[i].role, segs[i].find("role")->as_string()) << i;
+            EXPECT_EQ(p.segments[i].ids, ids_of(*segs[i].find("ids"))) << i;
+            if (p.segments[i].role != "state" || p.state_tokens_kept == p.state_tokens_total)
+                EXPECT_EQ(p.segments[i].text, segs[i].find("text")->as_string()) << i;
+        }
+        const auto& qs = c.find("questions")->items();
+        ASSERT_EQ(p.questions.size(), qs.size());
+        for (size_t i = 0; i < qs.size(); ++i) {
+            EXPECT_EQ(p.questions[i].id, qs[i].find("question_id")->as_string());
+            EXPECT_EQ(static_cast<int>(p.questions[i].type), as_int(qs[i].find("question_type")));
+            EXPECT_EQ(p.questions[i].span, span_of(*qs[i].find("question_span")));
+            const auto& os = qs[i].find("option_spans")->items();
+            ASSERT_EQ(p.questions[i].option_spans.size(), os.size());
+            for (size_t j = 0; j < os.size(); ++j) EXPECT_EQ(p.questions[i].option_spans[j], span_of(os[j]));
+            std::vector<std::string> oids;
+            for (const auto& o : qs[i].find("option_ids")->items()) oids.push_back(o.as_string());
+            EXPECT_EQ(p.questions[i].option_ids, oids);
+        }
+        ++n;
+    }
+    EXPECT_EQ(n, 9);
+}
+
+class DecisionParity : public ::testing::TestWithParam<bool> {};
+
+TEST_P(DecisionParity, HiddenStatesLogitsProbabilitiesAndResponse) {
+    const bool chunked = GetParam();
+    int n = 0;
+    for (const auto& c : cases().items()) {
+        if (c.find("expected_error")) continue;
+        SCOPED_TRACE(name_of(c));
+        DecisionRequest req;
+        std::vector<RequestError> errors;
+        ASSERT_TRUE(parse_case_request(c, req, errors));
+        DecideOptions opt;
+        opt.max_length = static_cast<int>(as_int(c.find("max_length")));
+        opt.backbone.chunked_delta_rule = chunked;
+        Decision d = engine().decide(req, opt, /*keep_hidden=*/true);
+
+        const auto& want_h = c.find("last_hidden_state")->items();
+        const size_t T = want_h.size();
+        const size_t H = want_h[0].items().size();
+        ASSERT_EQ(d.last_hidden_state.size(), T * H);
+        double max_err = 0, sum_err = 0;
+        for (size_t t = 0; t < T; ++t)
+            for (size_t k = 0; k < H; ++k) {
+                double e = std::fabs(d.last_hidden_state[t * H + k] - want_h[t].items()[k].as_double());
+                max_err = std::max(max_err, e);
+                sum_err += e;
+            }
+        const double mean_err = sum_err / static_cast<double>(T * H);
+        EXPECT_LE(max_err, 5e-3);
+        EXPECT_LE(mean_err, 2e-5);
+
+        double max_logit = 0, max_prob = 0;
+        const auto& qs = c.find("questions")->items();
+        ASSERT_EQ(d.logits.size(), qs.size());
+        for (size_t i = 0; i < qs.size(); ++i) {
+            const auto& wl = qs[i].find("logits")->items();
+            const auto& wp = qs[i].find("probabilities")->items();
+            ASSERT_EQ(d.logits[i].size(), wl.size());
+            for (size_t j = 0; j < wl.size(); ++j) {
+                max_logit = std::max(max_logit, std::fabs(d.logits[i][j] - wl[j].as_double()));
+                max_prob = std::max(max_prob, std::fabs(d.probabilities[i][j] - wp[j].as_double()));
+            }
+        }
+        EXPECT_LE(max_logit, 2e-4);
+        EXPECT_LE(max_prob, 2e-5);
+        std::printf("  %-32s %s T=%4zu hidden max %.2e mean %.2e | logits %.2e | probs %.2e\n", name_of(c).c_str(),
+                    chunked ? "chunked" : "serial ", T, max_err, mean_err, max_logit, max_prob);
+        expect_json_near(d.response, *c.find("response"), 1e-4 + 1e-12, "response");
+        ++n;
+    }
+    EXPECT_EQ(n, 8);
+}
+
+INSTANTIATE_TEST_SUITE_P(DeltaRule, DecisionParity, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "Chunked" : "Serial"; });
+
+TEST(Decision, CliDecideAndDebug) {
+    const auto& c = cases().items()[0];  // basic_mixed
+    const std::string dir = ::testing::TempDir();
+    const std::string req_path = dir + "/clef_req.json";
+    {
+        std::ofstream f(req_path, std::ios::binary);
+        f << c.find("request_body")->as_string();
+    }
+    auto run = [](const std::string& cmd, int& status) {
+        std::string out;
+        FILE* p = popen(cmd.c_str(), "r");
+        char buf[4096];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+        status = pclose(p);
+        return out;
+    };
+    int status = 0;
+    std::string out = run(std::string(CLEF_BINARY) + " decide --model " + kModel + " " + req_path, status);
+    ASSERT_EQ(status, 0) << out;
+    JsonValue resp = parse_json_or_throw(out, "clef decide output");
+    expect_json_near(resp, *c.find("response"), 1e-4 + 1e-12, "cli");
+
+    out = run(std::string(CLEF_BINARY) + " decide --debug --model " + kModel + " - < " + req_path, status);
+    ASSERT_EQ(status, 0);
+    resp = parse_json_or_throw(out, "clef decide --debug output");
+    const JsonValue* dbg = resp.find("debug");
+    ASSERT_NE(dbg, nullptr);
+    std::vector<int32_t> ids;
+    for (const auto& x : dbg->find("input_ids")->items()) ids.push_back(static_cast<int32_t>(x.as_int64()));
+    EXPECT_EQ(ids, ids_of(*c.find("input_ids")));
+    const auto& q0 = dbg->find("questions")->items()[0];
+    EXPECT_EQ(q0.find("id")->as_string(), "is_bug");
+    EXPECT_NEAR(q0.find("logits")->items()[0].as_double(),
+                c.find("questions")->items()[0].find("logits")->items()[0].as_double(), 2e-4);
+
+    // Errors: a one-line message on stderr and exit status 2.
+    for (const auto& ec : cases().items()) {
+        if (!ec.find("expected_error")) continue;
+        std::ofstream(req_path, std::ios::binary) << ec.find("request_body")->as_string();
+        std::string cmd = std::string(CLEF_BINARY) + " decide --model " + kModel + " --max-length " +
+                          std::to_string(ec.find("max_length")->as_int64()) + " " + req_path + " 2>&1";
+        out = run(cmd, status);
+        EXPECT_EQ(WEXITSTATUS(status), 2) << out;
+        EXPECT_NE(out.find(ec.find("expected_error")->find("message")->as_string()), std::string::npos) << out;
+        EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+    }
+    std::ofstream(req_path, std::ios::binary) << "{\"model\": ";
+    out = run(std::string(CLEF_BINARY) + " decide --model " + kModel + " " + req_path + " 2>&1", status);
+    EXPECT_EQ(WEXITSTATUS(status), 2);
+    EXPECT_NE(out.find("invalid JSON"), std::string::npos) << out;
+}
