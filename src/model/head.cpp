@@ -1,0 +1,613 @@
+#include "model/head.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "ops/basic.h"
+#include "util/error.h"
+#include "util/half.h"
+
+namespace clef {
+
+namespace {
+
+constexpr float kLayerNormEps = 1e-5f;
+constexpr double kCosineEps = 1e-8;      // torch cosine_similarity default
+constexpr double kNormalizeEps = 1e-12;  // torch F.normalize default
+constexpr int64_t kRowBlock = 512;       // rows normalised/projected at a time when streaming over the memory
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i) {
+        if (i) s += ", ";
+        s += std::to_string(shape[i]);
+    }
+    return s + "]";
+}
+
+bool is_float_dtype(DType t) {
+    return t == DType::BF16 || t == DType::F16 || t == DType::F32 || t == DType::F64;
+}
+
+// A torch.nn.Linear: w [out][in], optional bias [out].
+struct Dense {
+    std::vector<float> w, b;
+    int64_t out = 0, in = 0;
+    void apply(const float* x, int64_t rows, float* y) const {
+        ops::linear(x, rows, in, w.data(), out, b.empty() ? nullptr : b.data(), y);
+    }
+};
+
+// A torch.nn.LayerNorm with affine weight and bias, eps 1e-5.
+struct Norm {
+    std::vector<float> w, b;
+    void apply(const float* x, int64_t rows, float* y) const {
+        ops::layer_norm(x, rows, static_cast<int64_t>(w.size()), w.data(), b.data(), kLayerNormEps, y);
+    }
+};
+
+// A torch.nn.MultiheadAttention: packed in-projection rows [q; k; v] with bias, then out_proj.
+struct Attn {
+    std::vector<float> in_w, in_b;  // [3W][W], [3W]
+    Dense out;
+};
+
+struct RoutingLayer {
+    Norm query_norm, memory_norm, feedforward_norm;
+    Attn attention;
+    Dense ff_in, ff_out;  // feedforward.0, feedforward.3
+};
+
+struct FieldLayer {  // torch.nn.TransformerDecoderLayer, norm_first, GELU
+    Attn self_attn, cross_attn;
+    Dense linear1, linear2;
+    Norm norm1, norm2, norm3;
+};
+
+void add_into(float* dst, const float* src, size_t n) {
+    for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// Reads one lm_head row as fp32.
+void read_row(const TensorView& t, int64_t row, int64_t cols, float* dst) {
+    const size_t es = dtype_size(t.dtype);
+    const unsigned char* p = t.data + static_cast<size_t>(row) * static_cast<size_t>(cols) * es;
+    for (int64_t i = 0; i < cols; ++i, p += es) {
+        switch (t.dtype) {
+            case DType::BF16: {
+                uint16_t h;
+                std::memcpy(&h, p, 2);
+                dst[i] = bf16_to_f32(h);
+                break;
+            }
+            case DType::F16: {
+                uint16_t h;
+                std::memcpy(&h, p, 2);
+                dst[i] = f16_to_f32(h);
+                break;
+            }
+            case DType::F32:
+                std::memcpy(&dst[i], p, 4);
+                break;
+            default: {  // F64 (validated at load)
+                double d;
+                std::memcpy(&d, p, 8);
+                dst[i] = static_cast<float>(d);
+            }
+        }
+    }
+}
+
+// Takes tensors out of the head file by name with their expected shape, and remembers which were used.
+class TensorTaker {
+public:
+    explicit TensorTaker(const SafetensorsFile& f) : f_(f) {}
+
+    std::vector<float> take(const std::string& name, const std::vector<int64_t>& shape) {
+        const TensorView* t = f_.find(name);
+        if (!t) throw Error(f_.path() + ": joint head: missing tensor " + name);
+        if (t->shape != shape)
+            throw Error(f_.path() + ": joint head: tensor " + name + " has shape " + shape_str(t->shape) +
+                        ", expected " + shape_str(shape));
+        if (!is_float_dtype(t->dtype))
+            throw Error(f_.path() + ": joint head: tensor " + name + " has dtype " +
+                        std::string(dtype_name(t->dtype)) + ", expected a float type");
+        used_.insert(name);
+        return t->to_f32();
+    }
+    float scalar(const std::string& name) { return take(name, {})[0]; }
+    Dense dense(const std::string& prefix, int64_t out, int64_t in, bool bias) {
+        Dense d;
+        d.out = out;
+        d.in = in;
+        d.w = take(prefix + ".weight", {out, in});
+        if (bias) d.b = take(prefix + ".bias", {out});
+        return d;
+    }
+    Norm norm(const std::string& prefix, int64_t d) {
+        Norm n;
+        n.w = take(prefix + ".weight", {d});
+        n.b = take(prefix + ".bias", {d});
+        return n;
+    }
+    Attn attn(const std::string& prefix, int64_t w) {
+        Attn a;
+        a.in_w = take(prefix + ".in_proj_weight", {3 * w, w});
+        a.in_b = take(prefix + ".in_proj_bias", {3 * w});
+        a.out = dense(prefix + ".out_proj", w, w, true);
+        return a;
+    }
+    // Strict load: every tensor of the file must have been taken.
+    void check_all_used() const {
+        for (const auto& t : f_.tensors())
+            if (!used_.count(t.name)) throw Error(f_.path() + ": joint head: unexpected tensor " + t.name);
+    }
+
+private:
+    const SafetensorsFile& f_;
+    std::set<std::string> used_;
+};
+
+}  // namespace
+
+struct JointHead::Weights {
+    HeadConfig cfg;
+    TensorView lm_head;  // mapped, not copied
+    Norm hidden_norm;
+    Dense memory_projection, question_projection, option_question_projection, global_projection,
+        option_context_projection, option_lexical_projection;
+    std::vector<float> type_embedding;  // [3][W]
+    std::vector<RoutingLayer> routing;
+    Norm option_summary_norm;
+    std::vector<FieldLayer> layers;
+    Norm field_norm, option_norm;
+    Dense scorer_in, scorer_out;  // residual_scorer.0, residual_scorer.3
+    float prior_scale = 0.f, joint_scale = 0.f, gate = 0.f;
+};
+
+namespace {
+
+using Weights = JointHead::Weights;
+
+// K and V rows of an attention over `rows` memory rows, optionally LayerNorm-ed first (block by block, so no
+// normalised copy of the whole memory is kept).
+void memory_kv(const Attn& a, const Norm* norm, const float* mem, int64_t rows, int64_t W, float* k,
+               float* v) {
+    std::vector<float> normed;
+    for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+        const int64_t n = std::min(kRowBlock, rows - r0);
+        const float* x = mem + r0 * W;
+        if (norm) {
+            normed.resize(static_cast<size_t>(n * W));
+            norm->apply(x, n, normed.data());
+            x = normed.data();
+        }
+        ops::linear(x, n, W, a.in_w.data() + W * W, W, a.in_b.data() + W, k + r0 * W);
+        ops::linear(x, n, W, a.in_w.data() + 2 * W * W, W, a.in_b.data() + 2 * W, v + r0 * W);
+    }
+}
+
+// out[lq][W] = MHA(xq, keys, values) given the projected K and V rows; no masks.
+void attend(const Attn& a, int heads, int64_t W, const float* xq, int64_t lq, const float* k, const float* v,
+            int64_t lk, float* out) {
+    std::vector<float> q(static_cast<size_t>(lq * W)), ctx(static_cast<size_t>(lq * W));
+    ops::linear(xq, lq, W, a.in_w.data(), W, a.in_b.data(), q.data());
+    const int dh = static_cast<int>(W / heads);
+    ops::attention(q.data(), W, k, W, v, W, lq, lk, heads, heads, dh, 1.f / std::sqrt(static_cast<float>(dh)),
+                   false, ctx.data(), W);
+    a.out.apply(ctx.data(), lq, out);
+}
+
+// Feed-forward block with exact GELU: out = second(gelu(first(x))).
+void feedforward(const Dense& first, const Dense& second, const float* x, int64_t rows, float* out) {
+    std::vector<float> h(static_cast<size_t>(rows * first.out));
+    first.apply(x, rows, h.data());
+    ops::gelu_erf_inplace(h.data(), static_cast<int64_t>(h.size()));
+    second.apply(h.data(), rows, out);
+}
+
+std::string span_str(int64_t b, int64_t e) {
+    return "[" + std::to_string(b) + ", " + std::to_string(e) + ")";
+}
+
+void check_span(int64_t b, int64_t e, int64_t T, const std::string& what) {
+    if (b < 0 || e > T || b > e)
+        throw Error("joint head: " + what + " span " + span_str(b, e) + " is out of range for " +
+                    std::to_string(T) + " tokens");
+    if (b == e) throw Error("joint head: " + what + " span " + span_str(b, e) + " is empty");
+}
+
+size_t total_options(const std::vector<HeadQuestion>& questions) {
+    size_t n = 0;
+    for (const auto& q : questions) n += q.option_spans.size();
+    return n;
+}
+
+}  // namespace
+
+// -----------------------------------------------------------------------------------------------------------
+// Loading
+
+JointHead::JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights, const TensorView& lm_head) {
+    const std::string& path = head_weights.path();
+    if (cfg.hidden_size <= 0 || cfg.width <= 0 || cfg.heads <= 0 || cfg.feedforward <= 0 ||
+        cfg.routing_layers < 0 || cfg.layers < 0)
+        throw Error(path + ": joint head: config has a non-positive size");
+    if (cfg.width % cfg.heads != 0)
+        throw Error(path + ": joint head: width " + std::to_string(cfg.width) +
+                    " is not divisible by heads " + std::to_string(cfg.heads));
+    const int64_t H = cfg.hidden_size, W = cfg.width, F = cfg.feedforward;
+
+    // lm_head: [vocab][hidden], a float type, rows read in place.
+    const std::string lm = lm_head.file + ": " + (lm_head.name.empty() ? "lm_head" : lm_head.name);
+    if (lm_head.shape.size() != 2 || lm_head.shape[0] <= 0 || lm_head.shape[1] != H)
+        throw Error(lm + ": has shape " + shape_str(lm_head.shape) + ", expected [vocab, " +
+                    std::to_string(H) + "]");
+    if (!is_float_dtype(lm_head.dtype))
+        throw Error(lm + ": has dtype " + std::string(dtype_name(lm_head.dtype)) +
+                    ", expected BF16, F16, F32 or F64");
+    if (!lm_head.data || lm_head.nbytes != static_cast<size_t>(lm_head.numel()) * dtype_size(lm_head.dtype))
+        throw Error(lm + ": data does not match its shape");
+
+    auto w = std::make_shared<Weights>();
+    w->cfg = cfg;
+    w->lm_head = lm_head;
+
+    TensorTaker t(head_weights);
+    w->hidden_norm = t.norm("hidden_norm", H);
+    w->memory_projection = t.dense("memory_projection", W, H, false);
+    w->question_projection = t.dense("question_projection", W, H, false);
+    w->option_question_projection = t.dense("option_question_projection", W, H, false);
+    w->global_projection = t.dense("global_projection", W, H, false);
+    w->option_context_projection = t.dense("option_context_projection", W, H, false);
+    w->option_lexical_projection = t.dense("option_lexical_projection", W, H, false);
+    w->type_embedding = t.take("type_embedding.weight", {3, W});
+    for (int i = 0; i < cfg.routing_layers; ++i) {
+        const std::string p = "evidence_layers." + std::to_string(i) + ".";
+        RoutingLayer l;
+        l.query_norm = t.norm(p + "query_norm", W);
+        l.memory_norm = t.norm(p + "memory_norm", W);
+        l.attention = t.attn(p + "attention", W);
+        l.feedforward_norm = t.norm(p + "feedforward_norm", W);
+        l.ff_in = t.dense(p + "feedforward.0", F, W, true);
+        l.ff_out = t.dense(p + "feedforward.3", W, F, true);
+        w->routing.push_back(std::move(l));
+    }
+    w->option_summary_norm = t.norm("option_summary_norm", W);
+    for (int i = 0; i < cfg.layers; ++i) {
+        const std::string p = "layers." + std::to_string(i) + ".";
+        FieldLayer l;
+        l.self_attn = t.attn(p + "self_attn", W);
+        l.cross_attn = t.attn(p + "multihead_attn", W);
+        l.linear1 = t.dense(p + "linear1", F, W, true);
+        l.linear2 = t.dense(p + "linear2", W, F, true);
+        l.norm1 = t.norm(p + "norm1", W);
+        l.norm2 = t.norm(p + "norm2", W);
+        l.norm3 = t.norm(p + "norm3", W);
+        w->layers.push_back(std::move(l));
+    }
+    w->field_norm = t.norm("field_norm", W);
+    w->option_norm = t.norm("option_norm", W);
+    w->scorer_in = t.dense("residual_scorer.0", W, 4 * W, true);
+    w->scorer_out = t.dense("residual_scorer.3", 1, W, true);
+
+    // Scalars: clamp at ln(100), then exp; evaluated in double and rounded once.
+    const double cap = std::log(100.0);
+    w->prior_scale = static_cast<float>(std::exp(std::min<double>(t.scalar("prior_logit_scale"), cap)));
+    w->joint_scale = static_cast<float>(std::exp(std::min<double>(t.scalar("joint_logit_scale"), cap)));
+    w->gate = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(t.scalar("residual_gate")))));
+    t.check_all_used();
+    w_ = std::move(w);
+}
+
+const HeadConfig& JointHead::config() const {
+    return w_->cfg;
+}
+int64_t JointHead::vocab_size() const {
+    return w_->lm_head.shape[0];
+}
+float JointHead::prior_scale() const {
+    return w_->prior_scale;
+}
+float JointHead::joint_scale() const {
+    return w_->joint_scale;
+}
+float JointHead::residual_gate() const {
+    return w_->gate;
+}
+
+void JointHead::check_questions(int64_t T, const std::vector<HeadQuestion>& questions) {
+    if (T <= 0) throw Error("joint head: empty sequence");
+    if (questions.empty()) throw Error("joint head: no questions");
+    for (size_t i = 0; i < questions.size(); ++i) {
+        const HeadQuestion& q = questions[i];
+        const std::string name = "question " + std::to_string(i);
+        if (q.type < 0 || q.type > 2)
+            throw Error("joint head: " + name + ": type " + std::to_string(q.type) +
+                        " is not 0 (noul), 1 (choice) or 2 (score)");
+        check_span(q.span_begin, q.span_end, T, name);
+        if (q.option_spans.empty()) throw Error("joint head: " + name + " has no options");
+        for (size_t j = 0; j < q.option_spans.size(); ++j)
+            check_span(q.option_spans[j].first, q.option_spans[j].second, T,
+                       name + " option " + std::to_string(j));
+    }
+}
+
+// -----------------------------------------------------------------------------------------------------------
+// Stage 1: features
+
+HeadFeatureBuilder::HeadFeatureBuilder(const JointHead& head, int64_t T, const std::vector<int32_t>& ids,
+                                       const std::vector<HeadQuestion>& questions)
+    : w_(head.w_.get()), T_(T) {
+    JointHead::check_questions(T, questions);
+    if (static_cast<int64_t>(ids.size()) != T)
+        throw Error("joint head: " + std::to_string(ids.size()) + " input ids for " + std::to_string(T) +
+                    " positions");
+    const int64_t H = w_->cfg.hidden_size, W = w_->cfg.width;
+    const int64_t vocab = w_->lm_head.shape[0];
+    const size_t N = total_options(questions);
+    questions_ = questions.size();
+
+    out_.length = T;
+    out_.memory.assign(static_cast<size_t>(T * W), 0.f);
+    out_.global.assign(static_cast<size_t>(H), 0.f);
+    out_.question_mean.assign(questions_ * H, 0.f);
+    out_.option_context.assign(N * H, 0.f);
+    out_.option_lexical.assign(N * H, 0.f);
+    sums_.assign((questions_ + N) * H, 0.0);
+
+    // Spans, and the lexical means (lm_head rows of each option's ids), which need no hidden state.
+    std::vector<float> row(static_cast<size_t>(H));
+    std::vector<double> acc(static_cast<size_t>(H));
+    size_t option = 0;
+    for (size_t i = 0; i < questions.size(); ++i) {
+        const HeadQuestion& q = questions[i];
+        spans_.push_back({q.span_begin, q.span_end, i});
+        for (const auto& [b, e] : q.option_spans) {
+            spans_.push_back({b, e, questions_ + option});
+            std::fill(acc.begin(), acc.end(), 0.0);
+            for (int64_t p = b; p < e; ++p) {
+                const int64_t id = ids[p];
+                if (id < 0 || id >= vocab)
+                    throw Error("joint head: input id " + std::to_string(id) + " at position " +
+                                std::to_string(p) + " is outside the lm_head vocabulary of " +
+                                std::to_string(vocab));
+                read_row(w_->lm_head, id, H, row.data());
+                for (int64_t c = 0; c < H; ++c) acc[c] += row[c];
+            }
+            float* dst = out_.option_lexical.data() + option * H;
+            for (int64_t c = 0; c < H; ++c) dst[c] = static_cast<float>(acc[c] / static_cast<double>(e - b));
+            ++option;
+        }
+    }
+}
+
+void HeadFeatureBuilder::add_rows(const float* rows, int64_t n) {
+    if (n < 0 || done_ + n > T_)
+        throw Error("joint head: " + std::to_string(n) + " more hidden rows after " + std::to_string(done_) +
+                    " of " + std::to_string(T_));
+    if (n == 0) return;
+    const int64_t H = w_->cfg.hidden_size, W = w_->cfg.width;
+    normed_.resize(static_cast<size_t>(n * H));
+    w_->hidden_norm.apply(rows, n, normed_.data());
+    w_->memory_projection.apply(normed_.data(), n, out_.memory.data() + done_ * W);
+    const int64_t first = done_, last = done_ + n;
+    for (const Span& s : spans_) {
+        const int64_t b = std::max(s.begin, first), e = std::min(s.end, last);
+        double* sum = sums_.data() + s.slot * H;
+        for (int64_t p = b; p < e; ++p) {
+            const float* x = normed_.data() + (p - first) * H;
+            for (int64_t c = 0; c < H; ++c) sum[c] += x[c];
+        }
+    }
+    if (last == T_) std::copy_n(normed_.data() + (n - 1) * H, H, out_.global.data());
+    done_ = last;
+}
+
+HeadFeatures HeadFeatureBuilder::finish() {
+    if (done_ != T_)
+        throw Error("joint head: only " + std::to_string(done_) + " of " + std::to_string(T_) +
+                    " hidden rows given");
+    const int64_t H = w_->cfg.hidden_size;
+    for (const Span& s : spans_) {
+        const double* sum = sums_.data() + s.slot * H;
+        float* dst = s.slot < questions_ ? out_.question_mean.data() + s.slot * H
+                                         : out_.option_context.data() + (s.slot - questions_) * H;
+        const double len = static_cast<double>(s.end - s.begin);
+        for (int64_t c = 0; c < H; ++c) dst[c] = static_cast<float>(sum[c] / len);
+    }
+    return std::move(out_);
+}
+
+// -----------------------------------------------------------------------------------------------------------
+// Stage 2: decide
+
+std::vector<std::vector<float>> JointHead::logits(const float* hidden, int64_t T,
+                                                  const std::vector<int32_t>& ids,
+                                                  const std::vector<HeadQuestion>& questions,
+                                                  HeadTrace* trace) const {
+    if (!hidden && T > 0) throw Error("joint head: no hidden states");
+    HeadFeatureBuilder builder(*this, T, ids, questions);
+    const int64_t H = w_->cfg.hidden_size;
+    for (int64_t r0 = 0; r0 < T; r0 += kRowBlock)
+        builder.add_rows(hidden + r0 * H, std::min(kRowBlock, T - r0));
+    return decide(builder.finish(), questions, trace);
+}
+
+std::vector<std::vector<float>> JointHead::decide(const HeadFeatures& ft,
+                                                  const std::vector<HeadQuestion>& questions,
+                                                  HeadTrace* trace) const {
+    const Weights& w = *w_;
+    const int64_t T = ft.length;
+    check_questions(T, questions);
+    const int64_t H = w.cfg.hidden_size, W = w.cfg.width;
+    const int heads = w.cfg.heads;
+    const int64_t Q = static_cast<int64_t>(questions.size());
+    const int64_t N = static_cast<int64_t>(total_options(questions));
+    if (ft.memory.size() != static_cast<size_t>(T * W) || ft.global.size() != static_cast<size_t>(H) ||
+        ft.question_mean.size() != static_cast<size_t>(Q * H) ||
+        ft.option_context.size() != static_cast<size_t>(N * H) ||
+        ft.option_lexical.size() != static_cast<size_t>(N * H))
+        throw Error("joint head: features do not match the questions");
+    const float* memory = ft.memory.data();
+    std::vector<int64_t> first(static_cast<size_t>(Q) + 1, 0);  // first option row of each question
+    for (int64_t i = 0; i < Q; ++i)
+        first[i + 1] = first[i] + static_cast<int64_t>(questions[i].option_spans.size());
+
+    if (trace) {
+        *trace = HeadTrace{};
+        trace->memory_projection = ft.memory;
+    }
+
+    // Option queries: r = W_oc·c + W_ol·ℓ + W_oq·q (question term shared by that question's options).
+    std::vector<float> r(static_cast<size_t>(N * W)), tmp(static_cast<size_t>(N * W));
+    w.option_context_projection.apply(ft.option_context.data(), N, r.data());
+    w.option_lexical_projection.apply(ft.option_lexical.data(), N, tmp.data());
+    add_into(r.data(), tmp.data(), r.size());
+    {
+        std::vector<float> oq(static_cast<size_t>(Q * W));
+        w.option_question_projection.apply(ft.question_mean.data(), Q, oq.data());
+        for (int64_t i = 0; i < Q; ++i)
+            for (int64_t j = first[i]; j < first[i + 1]; ++j)
+                add_into(r.data() + j * W, oq.data() + i * W, W);
+    }
+
+    // Evidence routing: options cross-attend to their own LayerNorm of the memory, then a feed-forward block.
+    std::vector<float> keys(static_cast<size_t>(T * W)), values(static_cast<size_t>(T * W));
+    std::vector<float> x(static_cast<size_t>(N * W));
+    for (const RoutingLayer& l : w.routing) {
+        memory_kv(l.attention, &l.memory_norm, memory, T, W, keys.data(), values.data());
+        l.query_norm.apply(r.data(), N, x.data());
+        attend(l.attention, heads, W, x.data(), N, keys.data(), values.data(), T, tmp.data());
+        add_into(r.data(), tmp.data(), r.size());
+        l.feedforward_norm.apply(r.data(), N, x.data());
+        feedforward(l.ff_in, l.ff_out, x.data(), N, tmp.data());
+        add_into(r.data(), tmp.data(), r.size());
+        if (trace) trace->evidence_layers.push_back(r);
+    }
+
+    // Option summaries: softmax over a question's options of r·b/sqrt(W), weighted sum of r.
+    std::vector<float> b(static_cast<size_t>(Q * W)), summary(static_cast<size_t>(Q * W), 0.f);
+    w.question_projection.apply(ft.question_mean.data(), Q, b.data());
+    const float inv_sqrt_w = 1.f / std::sqrt(static_cast<float>(W));
+    for (int64_t i = 0; i < Q; ++i) {
+        const int64_t n = first[i + 1] - first[i];
+        std::vector<float> a(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; ++j) {
+            const float* rj = r.data() + (first[i] + j) * W;
+            float dot = 0.f;
+            for (int64_t c = 0; c < W; ++c) dot += rj[c] * b[i * W + c];
+            a[j] = dot * inv_sqrt_w;
+        }
+        ops::softmax_inplace(a.data(), n);
+        float* s = summary.data() + i * W;
+        for (int64_t j = 0; j < n; ++j) {
+            const float* rj = r.data() + (first[i] + j) * W;
+            for (int64_t c = 0; c < W; ++c) s[c] += a[j] * rj[c];
+        }
+    }
+
+    // Field vectors: f = b + LN_sum(s) + W_g·g + T[type].
+    std::vector<float> f(static_cast<size_t>(Q * W)), summary_norm(static_cast<size_t>(Q * W)),
+        global_proj(static_cast<size_t>(W));
+    w.option_summary_norm.apply(summary.data(), Q, summary_norm.data());
+    w.global_projection.apply(ft.global.data(), 1, global_proj.data());
+    for (int64_t i = 0; i < Q; ++i)
+        for (int64_t c = 0; c < W; ++c)
+            f[i * W + c] = b[i * W + c] + summary_norm[i * W + c] + global_proj[c] +
+                           w.type_embedding[questions[i].type * W + c];
+    if (trace) {
+        trace->question_projection = b;
+        trace->option_summary_norm = summary_norm;
+        trace->global_projection = global_proj;
+    }
+
+    // Field layers (pre-norm decoder layers): questions attend to each other, then to the raw memory.
+    std::vector<float> fx(static_cast<size_t>(Q * W)), ftmp(static_cast<size_t>(Q * W));
+    std::vector<float> qk(static_cast<size_t>(Q * W)), qv(static_cast<size_t>(Q * W));
+    for (const FieldLayer& l : w.layers) {
+        l.norm1.apply(f.data(), Q, fx.data());
+        memory_kv(l.self_attn, nullptr, fx.data(), Q, W, qk.data(), qv.data());
+        attend(l.self_attn, heads, W, fx.data(), Q, qk.data(), qv.data(), Q, ftmp.data());
+        add_into(f.data(), ftmp.data(), f.size());
+        l.norm2.apply(f.data(), Q, fx.data());
+        memory_kv(l.cross_attn, nullptr, memory, T, W, keys.data(), values.data());
+        attend(l.cross_attn, heads, W, fx.data(), Q, keys.data(), values.data(), T, ftmp.data());
+        add_into(f.data(), ftmp.data(), f.size());
+        l.norm3.apply(f.data(), Q, fx.data());
+        feedforward(l.linear1, l.linear2, fx.data(), Q, ftmp.data());
+        add_into(f.data(), ftmp.data(), f.size());
+        if (trace) trace->layers.push_back(f);
+    }
+    std::vector<float> fields(static_cast<size_t>(Q * W));
+    w.field_norm.apply(f.data(), Q, fields.data());
+    if (trace) trace->field_norm = fields;
+
+    // Scores: lexical prior + gate · (J · cosine + residual scorer).
+    std::vector<std::vector<float>> result(static_cast<size_t>(Q));
+    std::vector<double> anchor(static_cast<size_t>(H));
+    std::vector<float> feat;
+    for (int64_t i = 0; i < Q; ++i) {
+        const int64_t n = first[i + 1] - first[i];
+        // anchor = normalize(q_i + g)
+        double ss = 0.0;
+        for (int64_t c = 0; c < H; ++c) {
+            anchor[c] = static_cast<double>(ft.question_mean[i * H + c]) + ft.global[c];
+            ss += anchor[c] * anchor[c];
+        }
+        const double anorm = std::max(std::sqrt(ss), kNormalizeEps);
+        std::vector<float> options(static_cast<size_t>(n * W));
+        w.option_norm.apply(r.data() + first[i] * W, n, options.data());
+        const float* field = fields.data() + i * W;
+        double fss = 0.0;
+        for (int64_t c = 0; c < W; ++c) fss += static_cast<double>(field[c]) * field[c];
+        const double fnorm = std::max(std::sqrt(fss), kCosineEps);
+
+        feat.assign(static_cast<size_t>(n * 4 * W), 0.f);
+        std::vector<float> cosine(static_cast<size_t>(n)), prior(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; ++j) {
+            const float* lex = ft.option_lexical.data() + (first[i] + j) * H;
+            double lss = 0.0, dot = 0.0;
+            for (int64_t c = 0; c < H; ++c) {
+                lss += static_cast<double>(lex[c]) * lex[c];
+                dot += lex[c] * anchor[c];
+            }
+            prior[j] =
+                static_cast<float>(w.prior_scale * dot / (std::max(std::sqrt(lss), kNormalizeEps) * anorm));
+
+            const float* o = options.data() + j * W;
+            double oss = 0.0, fo = 0.0;
+            float* fr = feat.data() + j * 4 * W;
+            for (int64_t c = 0; c < W; ++c) {
+                oss += static_cast<double>(o[c]) * o[c];
+                fo += static_cast<double>(field[c]) * o[c];
+                fr[c] = field[c];
+                fr[W + c] = o[c];
+                fr[2 * W + c] = field[c] * o[c];
+                fr[3 * W + c] = std::fabs(field[c] - o[c]);
+            }
+            cosine[j] = static_cast<float>(fo / (fnorm * std::max(std::sqrt(oss), kCosineEps)));
+        }
+        std::vector<float> residual(static_cast<size_t>(n));
+        {
+            std::vector<float> h(static_cast<size_t>(n * W));
+            w.scorer_in.apply(feat.data(), n, h.data());
+            ops::gelu_erf_inplace(h.data(), n * W);
+            w.scorer_out.apply(h.data(), n, residual.data());
+        }
+        std::vector<float>& row = result[i];
+        row.resize(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; ++j)
+            row[j] = prior[j] + w.gate * (w.joint_scale * cosine[j] + residual[j]);
+        if (trace) {
+            trace->option_norm.push_back(std::move(options));
+            trace->residual_scorer.push_back(residual);
+        }
+    }
+    return result;
+}
+
+}  // namespace clef
