@@ -128,8 +128,9 @@ TEST(Decision, PromptEncodingIsTokenExact) {
         for (size_t i = 0; i < segs.size(); ++i) {
             EXPECT_EQ(p.segments[i].role, segs[i].find("role")->as_string()) << i;
             EXPECT_EQ(p.segments[i].ids, ids_of(*segs[i].find("ids"))) << i;
-            if (p.segments[i].role != "state" || p.state_tokens_kept == p.state_tokens_total)
+            if (p.segments[i].role != "state" || p.state_tokens_kept == p.state_tokens_total) {
                 EXPECT_EQ(p.segments[i].text, segs[i].find("text")->as_string()) << i;
+            }
         }
         const auto& qs = c.find("questions")->items();
         ASSERT_EQ(p.questions.size(), qs.size());

@@ -10,5 +10,7 @@ namespace clef {
 void add_tokenize_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_decide_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
+void add_make_model_command(CLI::App& app);
 
 }  // namespace clef

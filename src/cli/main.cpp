@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
     clef::add_tokenize_command(app);
     clef::add_info_command(app);
     clef::add_decide_command(app);
+    clef::add_serve_command(app);
+    clef::add_make_model_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

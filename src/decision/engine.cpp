@@ -33,12 +33,23 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_dir) {
     return e;
 }
 
-Decision Engine::decide(const DecisionRequest& req, const DecideOptions& opt, bool keep_hidden) const {
-    Decision d;
+Engine::Prepared Engine::prepare(DecisionRequest req, const DecideOptions& opt) const {
+    Prepared p;
     PromptOptions popt;
     popt.max_length = opt.max_length;
-    popt.keep_segments = false;
-    d.prompt = encode_prompt(*tokenizer_, req, popt);
+    p.prompt = encode_prompt(*tokenizer_, req, popt);
+    p.request = std::move(req);
+    return p;
+}
+
+Decision Engine::decide(const DecisionRequest& req, const DecideOptions& opt, bool keep_hidden) const {
+    return run(prepare(req, opt), opt, keep_hidden);
+}
+
+Decision Engine::run(const Prepared& p, const DecideOptions& opt, bool keep_hidden) const {
+    const DecisionRequest& req = p.request;
+    Decision d;
+    d.prompt = p.prompt;
     const auto& ids = d.prompt.input_ids;
     const int64_t T = static_cast<int64_t>(ids.size());
 

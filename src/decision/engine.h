@@ -48,9 +48,18 @@ public:
     const Backbone& backbone() const { return *backbone_; }
     const JointHead& head() const { return *head_; }
 
-    // Encodes and runs one request. Throws PromptTooLong when the schema does not fit max_length, clef::Error for
-    // other failures (e.g. non-finite model output).
+    // Encodes and runs one request: run(prepare(...)). Throws PromptTooLong when the schema does not fit
+    // max_length, clef::Error for other failures (e.g. non-finite model output).
     Decision decide(const DecisionRequest& req, const DecideOptions& opt = {}, bool keep_hidden = false) const;
+
+    // The two halves of decide(): prepare() validates against the model and encodes the prompt (cheap; the
+    // server runs it on its HTTP threads), run() does the prefill, the head and the answers (the worker).
+    struct Prepared {
+        DecisionRequest request;
+        EncodedPrompt prompt;
+    };
+    Prepared prepare(DecisionRequest req, const DecideOptions& opt = {}) const;
+    Decision run(const Prepared& p, const DecideOptions& opt = {}, bool keep_hidden = false) const;
 
 private:
     Engine() = default;

@@ -1,0 +1,171 @@
+// clef serve: the System One HTTP server (see src/server and docs/API.md).
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <pthread.h>
+#include <thread>
+
+#include "cli/commands.h"
+#include "decision/engine.h"
+#include "model/make_model.h"
+#include "server/server.h"
+#include "util/error.h"
+
+namespace clef {
+
+namespace {
+
+struct ServeArgs {
+    std::string model;
+    bool demo = false;
+    std::string name;
+    std::vector<std::string> api_keys;
+    std::string api_key_file;
+    int max_questions = 64;
+    std::string confidence = "reference";
+};
+
+const char* const kNoModelHelp =
+    "no model given. Download the Clef-Flash weights (the Hugging Face repository Cloudflare/clef-flash, e.g. "
+    "`huggingface-cli download Cloudflare/clef-flash --local-dir clef-flash`) and run `clef serve --model "
+    "clef-flash`, or try the built-in random model with `clef serve --demo`.";
+
+std::vector<std::string> split_keys(const std::string& s, char sep) {
+    std::vector<std::string> out;
+    std::string cur;
+    for (char c : s) {
+        if (c == sep || c == '\n' || c == '\r') {
+            if (!cur.empty()) out.push_back(cur);
+            cur.clear();
+        } else if (c != ' ' && c != '\t') {
+            cur += c;
+        }
+    }
+    if (!cur.empty()) out.push_back(cur);
+    return out;
+}
+
+std::vector<std::string> read_key_file(const std::string& path) {
+    std::ifstream f(path);
+    if (!f) throw Error(path + ": cannot open the API key file");
+    std::vector<std::string> keys;
+    std::string line;
+    while (std::getline(f, line)) {
+        if (line.empty() || line[0] == '#') continue;
+        for (auto& k : split_keys(line, ',')) keys.push_back(k);
+    }
+    return keys;
+}
+
+// A directory that is removed when the process ends normally.
+struct TempDir {
+    std::string path;
+    ~TempDir() {
+        std::error_code ec;
+        if (!path.empty()) std::filesystem::remove_all(path, ec);
+    }
+};
+
+void run_serve(ServeArgs a, ServerOptions opt) {
+    if (a.model.empty() && !a.demo) throw Error(kNoModelHelp);
+    if (!a.model.empty() && a.demo) throw Error("--model and --demo exclude each other");
+    if (!parse_confidence_convention(a.confidence, opt.answers.confidence))
+        throw Error("--confidence: unknown convention '" + a.confidence + "'");
+    if (a.max_questions < 1) throw Error("--max-questions must be at least 1");
+    opt.limits.max_questions = static_cast<size_t>(a.max_questions);
+    if (opt.queue_size < 1) throw Error("--queue must be at least 1");
+    if (opt.max_tokens < 16) throw Error("--max-tokens must be at least 16");
+
+    for (auto& k : a.api_keys)
+        for (auto& part : split_keys(k, ',')) opt.api_keys.push_back(part);
+    if (!a.api_key_file.empty())
+        for (auto& k : read_key_file(a.api_key_file)) opt.api_keys.push_back(k);
+    if (const char* env = std::getenv("CLEF_API_KEYS"))
+        for (auto& k : split_keys(env, ',')) opt.api_keys.push_back(k);
+
+    auto temp = std::make_shared<TempDir>();
+    std::string model_dir = a.model;
+    if (a.demo) {
+        char tmpl[] = "/tmp/clef-demo-XXXXXX";
+        if (!mkdtemp(tmpl)) throw Error("cannot create a temporary directory for the demo model");
+        temp->path = tmpl;
+        model_dir = temp->path + "/model";
+        MakeModelOptions mk;
+        mk.preset = "tiny";
+        mk.seed = 20261201;
+        mk.vision = false;
+        make_model(mk, model_dir);
+        opt.model_name = a.name.empty() ? "clef-demo" : a.name;
+        opt.description =
+            "A tiny built-in model with random weights: it exercises the whole stack, but its answers carry no "
+            "meaning. Point clef serve --model at Clef-Flash weights for real decisions.";
+    } else {
+        std::string base = std::filesystem::path(a.model).filename().string();
+        if (base.empty()) base = std::filesystem::path(a.model).parent_path().filename().string();
+        opt.model_name = a.name.empty() ? (base.empty() ? "clef" : base) : a.name;
+        if (opt.description.empty())
+            opt.description = "Clef decision model served by clef.cpp from " + a.model + ".";
+    }
+
+    // SIGINT/SIGTERM are taken by a dedicated thread (blocked everywhere else) that stops the server gracefully.
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+
+    Server server(opt, [model_dir] { return Engine::load(model_dir); });
+    if (!server.bind()) throw Error(server.error());
+    std::fprintf(stderr, "clef: serving %s on http://%s:%d (POST /v1/systemone)%s\n", opt.model_name.c_str(),
+                 opt.host.c_str(), server.port(), opt.api_keys.empty() ? "" : ", API keys required");
+    std::thread signals([&server, set] {
+        int sig = 0;
+        sigwait(&set, &sig);
+        if (sig != 0) server.stop();
+    });
+    const bool ok = server.run();
+    // Wake the signal thread if the server stopped for another reason.
+    pthread_kill(signals.native_handle(), SIGTERM);
+    signals.join();
+    if (!ok) throw Error(server.error());
+    std::fprintf(stderr, "clef: stopped\n");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+    auto args = std::make_shared<ServeArgs>();
+    auto opt = std::make_shared<ServerOptions>();
+    CLI::App* cmd = app.add_subcommand("serve", "Serve decisions over HTTP (System One API: POST /v1/systemone)");
+    cmd->add_option("--model", args->model, "Model directory (publisher layout)");
+    cmd->add_flag("--demo", args->demo, "Serve a tiny built-in random model (answers carry no meaning)");
+    cmd->add_option("--host", opt->host, "Address to listen on")->capture_default_str();
+    cmd->add_option("--port", opt->port, "Port (0 = any free port)")->capture_default_str();
+    cmd->add_option("--name", args->name, "Canonical model name (default: the model directory's name)");
+    cmd->add_option("--alias", opt->aliases, "Another name requests may use (repeatable)");
+    cmd->add_option("--api-key", args->api_keys, "Accepted Bearer API key (repeatable; comma lists allowed)");
+    cmd->add_option("--api-key-file", args->api_key_file, "File of API keys, one per line, # comments");
+    cmd->add_option("--queue", opt->queue_size, "Decisions that may wait for the worker before 529")
+        ->capture_default_str();
+    cmd->add_option("--max-body-bytes", opt->max_body_bytes, "Largest request body (413 beyond)")
+        ->capture_default_str();
+    cmd->add_option("--max-questions", args->max_questions, "Questions per request (400 beyond)")
+        ->capture_default_str();
+    cmd->add_option("--max-tokens", opt->max_tokens, "Prompt budget; the state is cut to fit")->capture_default_str();
+    cmd->add_option("--max-json-depth", opt->max_json_depth, "Deepest JSON nesting accepted")->capture_default_str();
+    cmd->add_option("--timeout", opt->request_timeout_s, "Seconds from arrival to answer (504 beyond)")
+        ->capture_default_str();
+    cmd->add_option("--http-threads", opt->http_threads, "Connections served at once")->capture_default_str();
+    cmd->add_option("--confidence", args->confidence,
+                    "Confidence convention: reference, typesafe, workers-ai, colibri, entropy")
+        ->capture_default_str();
+    cmd->add_flag("--log-requests", opt->log_requests, "One JSON line per request on stderr");
+    cmd->callback([args, opt] { run_serve(*args, *opt); });
+}
+
+}  // namespace clef

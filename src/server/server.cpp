@@ -1,0 +1,528 @@
+#include "server/server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "decision/engine.h"
+#include "server/metrics.h"
+#include "server/peer.h"
+#include "util/error.h"
+#include "util/json.h"
+
+namespace clef {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The routes we serve and their methods (for 405 answers and metric labels).
+struct Route {
+    const char* path;
+    const char* method;
+};
+constexpr Route kRoutes[] = {
+    {"/v1/systemone", "POST"}, {"/v1/models", "GET"}, {"/health", "GET"}, {"/ready", "GET"}, {"/metrics", "GET"},
+};
+
+const Route* find_route(const std::string& path) {
+    for (const auto& r : kRoutes)
+        if (path == r.path) return &r;
+    return nullptr;
+}
+
+JsonValue str(const std::string& s) { return JsonValue::string(s); }
+
+// {"detail": {"error_type": type, "message": message}} (message omitted when empty).
+std::string detail_object(const std::string& type, const std::string& message) {
+    JsonValue d = JsonValue::object();
+    d.set("error_type", str(type));
+    if (!message.empty()) d.set("message", str(message));
+    JsonValue body = JsonValue::object();
+    body.set("detail", std::move(d));
+    return write_json(body);
+}
+
+// {"detail": "message"}
+std::string detail_string(const std::string& message) {
+    JsonValue body = JsonValue::object();
+    body.set("detail", str(message));
+    return write_json(body);
+}
+
+std::string validation_body(const std::vector<RequestError>& errors) {
+    std::vector<JsonValue> items;
+    for (const auto& e : errors) {
+        JsonValue item = JsonValue::object();
+        item.set("type", str(e.type));
+        item.set("loc", JsonValue::array(e.loc));
+        item.set("msg", str(e.message));
+        items.push_back(std::move(item));
+    }
+    JsonValue body = JsonValue::object();
+    body.set("detail", JsonValue::array(std::move(items)));
+    return write_json(body);
+}
+
+// Request ids: an incoming x-request-id is honoured when it is short printable ASCII.
+std::string request_id_for(const httplib::Request& req) {
+    for (const char* h : {"x-request-id", "x-typesafe-request-id"}) {
+        std::string v = req.get_header_value(h);
+        if (v.empty() || v.size() > 128) continue;
+        bool ok = true;
+        for (char c : v) ok = ok && c > 0x20 && c < 0x7f;
+        if (ok) return v;
+    }
+    static thread_local std::mt19937_64 rng(std::random_device{}());
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "req_%016llx%08llx", static_cast<unsigned long long>(rng()),
+                  static_cast<unsigned long long>(rng() & 0xffffffffu));
+    return buf;
+}
+
+// Constant-time membership test: every key is compared over its full length, no early exit.
+bool key_matches(const std::string& given, const std::vector<std::string>& keys) {
+    unsigned found = 0;
+    for (const auto& k : keys) {
+        unsigned diff = given.size() != k.size() ? 1u : 0u;
+        const size_t n = std::max(given.size(), k.size());
+        for (size_t i = 0; i < n; ++i) {
+            unsigned char a = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+            unsigned char b = i < k.size() ? static_cast<unsigned char>(k[i]) : 0;
+            diff |= static_cast<unsigned>(a ^ b);
+        }
+        found |= (diff == 0) ? 1u : 0u;
+    }
+    return found != 0;
+}
+
+struct Outcome {
+    int status = 0;  // 0 = dropped (client gone), nobody reads it
+    std::string body;
+    int tokens = 0;
+    double queue_s = 0, compute_s = 0;
+};
+
+struct Job {
+    Engine::Prepared prepared;
+    std::promise<Outcome> promise;
+    std::atomic<bool> abandoned{false};
+    std::string remote_addr;
+    int remote_port = -1;
+    int local_port = -1;
+    Clock::time_point enqueued;
+    Clock::time_point deadline;
+};
+
+}  // namespace
+
+struct Server::Impl {
+    ServerOptions opt;
+    Loader loader;
+    httplib::Server http;
+    ServerMetrics metrics;
+    std::unique_ptr<Engine> engine;
+    std::atomic<bool> ready{false}, stopping{false}, load_failed{false}, listening_done{false};
+    std::string error;
+    int port = -1;
+    std::thread loader_thread, worker_thread;
+    std::mutex qmu;
+    std::condition_variable qcv;
+    std::deque<std::shared_ptr<Job>> queue;
+    bool worker_exit = false;
+
+    Impl(ServerOptions o, Loader l) : opt(std::move(o)), loader(std::move(l)) {}
+
+    bool known_model(const std::string& name) const {
+        if (name == opt.model_name) return true;
+        for (const auto& a : opt.aliases)
+            if (name == a) return true;
+        return false;
+    }
+
+    void respond(httplib::Response& res, int status, const std::string& body) {
+        res.status = status;
+        res.set_content(body, "application/json");
+    }
+
+    void setup_routes();
+    void handle_systemone(const httplib::Request& req, httplib::Response& res);
+    void handle_models(httplib::Response& res);
+    void worker_loop();
+    void load();
+    Outcome run_job(Job& job);
+};
+
+void Server::Impl::setup_routes() {
+    http.new_task_queue = [n = opt.http_threads] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
+    http.set_tcp_nodelay(true);
+    http.set_keep_alive_timeout(opt.keep_alive_timeout_s);
+    http.set_keep_alive_max_count(1000);
+    http.set_read_timeout(30, 0);
+    http.set_write_timeout(30, 0);
+    http.set_payload_max_length(opt.max_body_bytes);
+
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        res.set_header("x-typesafe-request-id", request_id_for(req));
+        if (!opt.api_keys.empty() && req.path.rfind("/v1/", 0) == 0) {
+            std::string auth = req.get_header_value("Authorization");
+            if (auth.empty()) {
+                respond(res, 403,
+                        detail_object("authentication_error",
+                                      "Must supply an API key! Check your request and try again."));
+                return httplib::Server::HandlerResponse::Handled;
+            }
+            const std::string prefix = "Bearer ";
+            std::string given = auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0
+                                    ? auth.substr(prefix.size())
+                                    : std::string();
+            if (!key_matches(given, opt.api_keys)) {
+                respond(res, 401,
+                        detail_object("authentication_error",
+                                      "Cannot authenticate with the server. Please check your API key and try "
+                                      "again."));
+                return httplib::Server::HandlerResponse::Handled;
+            }
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+    });
+
+    http.Post("/v1/systemone",
+              [this](const httplib::Request& req, httplib::Response& res) { handle_systemone(req, res); });
+    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { handle_models(res); });
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+        respond(res, 200, R"({"status":"ok"})");
+    });
+    http.Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
+        if (ready)
+            respond(res, 200, write_json(JsonValue::object({{"status", str("ready")}, {"model", str(opt.model_name)}})));
+        else
+            respond(res, 503, load_failed ? R"({"status":"failed"})" : R"({"status":"loading"})");
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+        res.status = 200;
+        res.set_content(metrics.render(), "text/plain; version=0.0.4");
+    });
+
+    http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                       httplib::Response& res) {
+        if (!res.has_header("x-typesafe-request-id")) res.set_header("x-typesafe-request-id", request_id_for(req));
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        if (res.status == 404) {
+            if (const Route* r = find_route(req.path)) {
+                res.set_header("Allow", r->method);
+                respond(res, 405, detail_string("Method Not Allowed"));
+            } else {
+                respond(res, 404, detail_string("Not Found"));
+            }
+        } else if (res.status == 413) {
+            respond(res, 413,
+                    detail_object("api_usage_error",
+                                  "Request body is larger than " + std::to_string(opt.max_body_bytes) + " bytes."));
+        } else if (res.status == 400) {
+            respond(res, 400, detail_object("api_usage_error", "Invalid request."));
+        } else {
+            respond(res, res.status, detail_string("HTTP " + std::to_string(res.status)));
+        }
+        return httplib::Server::HandlerResponse::Handled;
+    }));
+    http.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+            if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+            what = e.what();
+        } catch (...) {
+        }
+        respond(res, 500, detail_object("internal_error", what));
+    });
+    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+        const Route* r = find_route(req.path);
+        metrics.count_request(r ? r->path : "other", res.status);
+        if (!opt.log_requests) return;
+        JsonValue line = JsonValue::object();
+        line.set("id", str(res.get_header_value("x-typesafe-request-id")));
+        line.set("method", str(req.method));
+        line.set("path", str(r ? r->path : "other"));
+        line.set("status", JsonValue::integer(res.status));
+        for (const char* h : {"x-clef-input-tokens", "x-clef-queue-ms", "x-clef-compute-ms", "x-clef-total-ms"}) {
+            std::string v = res.get_header_value(h);
+            if (!v.empty()) line.set(std::string(h + 7), JsonValue::number(std::strtod(v.c_str(), nullptr)));
+        }
+        std::string s = write_json(line) + "\n";
+        std::fwrite(s.data(), 1, s.size(), stderr);
+    });
+}
+
+void Server::Impl::handle_models(httplib::Response& res) {
+    auto card = [&](const std::string& name, const std::string& description) {
+        JsonValue c = JsonValue::object();
+        c.set("name", str(name));
+        c.set("description", str(description));
+        c.set("release_date", str(opt.release_date));
+        std::vector<JsonValue> caps;
+        for (const auto& cap : opt.capabilities) caps.push_back(str(cap));
+        c.set("capabilities", JsonValue::array(std::move(caps)));
+        c.set("context_length", JsonValue::integer(opt.max_tokens));
+        c.set("quantization", str(opt.quantization));
+        c.set("ready", JsonValue::boolean(ready.load()));
+        return c;
+    };
+    std::vector<JsonValue> cards;
+    JsonValue main = card(opt.model_name, opt.description);
+    std::vector<JsonValue> aliases;
+    for (const auto& a : opt.aliases) aliases.push_back(str(a));
+    main.set("aliases", JsonValue::array(std::move(aliases)));
+    cards.push_back(std::move(main));
+    for (const auto& a : opt.aliases) {
+        JsonValue c = card(a, "Alias of " + opt.model_name + ".");
+        c.set("alias_of", str(opt.model_name));
+        cards.push_back(std::move(c));
+    }
+    JsonValue body = JsonValue::object();
+    body.set("models", JsonValue::array(std::move(cards)));
+    respond(res, 200, write_json(body));
+}
+
+void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Response& res) {
+    const auto t0 = Clock::now();
+    struct LatencyGuard {
+        ServerMetrics& m;
+        Clock::time_point t0;
+        httplib::Response& res;
+        ~LatencyGuard() {
+            const double s = seconds_since(t0);
+            m.observe_latency(s);
+            res.set_header("x-clef-total-ms", std::to_string(s * 1e3));
+        }
+    } guard{metrics, t0, res};
+
+    if (!ready) {
+        res.set_header("retry-after", "1");
+        respond(res, 503,
+                detail_object("unavailable", load_failed ? "The model failed to load." : "The model is loading."));
+        return;
+    }
+    JsonValue body;
+    JsonParseError perr;
+    JsonParseOptions popt;
+    popt.max_depth = opt.max_json_depth;
+    if (!parse_json(req.body, body, perr, popt)) {
+        respond(res, 400,
+                detail_object("api_usage_error", perr.too_deep ? "Request JSON is nested deeper than " +
+                                                                      std::to_string(opt.max_json_depth) + " levels."
+                                                                : "Request contains invalid JSON."));
+        return;
+    }
+    DecisionRequest dreq;
+    std::vector<RequestError> errors;
+    if (!parse_request(body, dreq, errors, opt.limits)) {
+        if (!errors.empty() && errors[0].kind == RequestErrorKind::Usage)
+            respond(res, 400, detail_string(errors[0].message));
+        else
+            respond(res, 422, validation_body(errors));
+        return;
+    }
+    if (!known_model(dreq.model)) {
+        respond(res, 400, detail_object("api_usage_error", "Unknown model: " + dreq.model));
+        return;
+    }
+    if ((dreq.images.is_array() && !dreq.images.items().empty()) ||
+        (!dreq.images.is_null() && !dreq.images.is_array())) {
+        respond(res, 400, detail_object("api_usage_error", "images are not supported by this server yet."));
+        return;
+    }
+    if (!dreq.videos.is_null() && !(dreq.videos.is_array() && dreq.videos.items().empty())) {
+        respond(res, 400, detail_object("api_usage_error", "videos are not supported."));
+        return;
+    }
+    dreq.model = opt.model_name;
+
+    auto job = std::make_shared<Job>();
+    DecideOptions dopt;
+    dopt.max_length = opt.max_tokens;
+    try {
+        job->prepared = engine->prepare(std::move(dreq), dopt);
+    } catch (const PromptTooLong& e) {
+        respond(res, 400, detail_object("max_tokens_exceeded", e.what()));
+        return;
+    }
+    job->remote_addr = req.remote_addr;
+    job->remote_port = req.remote_port;
+    job->local_port = req.local_port;
+    job->enqueued = Clock::now();
+    job->deadline = t0 + std::chrono::milliseconds(static_cast<int64_t>(opt.request_timeout_s * 1e3));
+    std::future<Outcome> fut = job->promise.get_future();
+    {
+        std::lock_guard<std::mutex> lock(qmu);
+        if (queue.size() >= opt.queue_size) {
+            res.set_header("retry-after", "1");
+            res.set_header("retry-after-ms", "1000");
+            respond(res, 529, detail_string("Overloaded"));
+            return;
+        }
+        queue.push_back(job);
+        metrics.set_queue_depth(static_cast<int64_t>(queue.size()));
+    }
+    qcv.notify_one();
+    if (fut.wait_until(job->deadline) != std::future_status::ready) {
+        job->abandoned = true;
+        respond(res, 504,
+                detail_object("timeout", "The decision did not finish within " +
+                                             std::to_string(static_cast<int>(opt.request_timeout_s)) + " s."));
+        return;
+    }
+    Outcome out = fut.get();
+    if (out.status == 200) {
+        res.set_header("x-clef-input-tokens", std::to_string(out.tokens));
+        res.set_header("x-clef-queue-ms", std::to_string(out.queue_s * 1e3));
+        res.set_header("x-clef-compute-ms", std::to_string(out.compute_s * 1e3));
+        char timing[96];
+        std::snprintf(timing, sizeof timing, "queue;dur=%.3f, compute;dur=%.3f", out.queue_s * 1e3,
+                      out.compute_s * 1e3);
+        res.set_header("Server-Timing", timing);
+    }
+    respond(res, out.status == 0 ? 499 : out.status, out.body);
+}
+
+Outcome Server::Impl::run_job(Job& job) {
+    Outcome out;
+    out.queue_s = seconds_since(job.enqueued);
+    metrics.observe_queue_wait(out.queue_s);
+    if (job.abandoned) return out;
+    if (Clock::now() > job.deadline) {
+        metrics.count_dropped();
+        out.status = 504;
+        out.body = detail_object("timeout", "The decision timed out in the queue.");
+        return out;
+    }
+    if (!peer_connected(job.remote_addr, job.remote_port, job.local_port)) {
+        metrics.count_dropped();
+        return out;  // status 0: the client went away before its turn
+    }
+    const auto t = Clock::now();
+    DecideOptions dopt;
+    dopt.max_length = opt.max_tokens;
+    dopt.answers = opt.answers;
+    try {
+        Decision d = engine->run(job.prepared, dopt);
+        out.status = 200;
+        out.body = write_json(d.response);
+        out.tokens = static_cast<int>(d.prompt.input_ids.size());
+        metrics.add_prompt_tokens(out.tokens);
+    } catch (const std::exception& e) {
+        out.status = 500;
+        out.body = detail_object("internal_error", e.what());
+    }
+    out.compute_s = seconds_since(t);
+    metrics.observe_compute(out.compute_s);
+    return out;
+}
+
+void Server::Impl::worker_loop() {
+    for (;;) {
+        std::shared_ptr<Job> job;
+        {
+            std::unique_lock<std::mutex> lock(qmu);
+            qcv.wait(lock, [&] { return worker_exit || !queue.empty(); });
+            if (queue.empty()) return;  // worker_exit and nothing left
+            job = std::move(queue.front());
+            queue.pop_front();
+            metrics.set_queue_depth(static_cast<int64_t>(queue.size()));
+        }
+        job->promise.set_value(run_job(*job));
+    }
+}
+
+void Server::Impl::load() {
+    const auto t = Clock::now();
+    try {
+        engine = loader();
+        // Warm-up: one small decision touches every weight page and sizes the scratch buffers.
+        JsonValue body = parse_json_or_throw(
+            R"({"model":"warm-up","state":"warm-up","questions":{"ok":{"type":"noul","instructions":"ok?"}}})",
+            "warm-up");
+        DecisionRequest req;
+        std::vector<RequestError> errors;
+        if (!parse_request(body, req, errors)) throw Error("warm-up request rejected");
+        engine->decide(req);
+        metrics.set_model_load_seconds(seconds_since(t));
+        ready = true;
+        metrics.set_ready(true);
+    } catch (const std::exception& e) {
+        error = std::string("loading the model failed: ") + e.what();
+        load_failed = true;
+        std::thread([this] {
+            // stop() must reach a listening server: wait for listen to start (or run() to finish).
+            while (!http.is_running() && !listening_done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            http.stop();
+        }).detach();
+    }
+}
+
+Server::Server(ServerOptions opt, Loader loader) : impl_(std::make_unique<Impl>(std::move(opt), std::move(loader))) {
+    impl_->setup_routes();
+}
+
+Server::~Server() {
+    stop();
+    if (impl_->loader_thread.joinable()) impl_->loader_thread.join();
+    if (impl_->worker_thread.joinable()) {
+        {
+            std::lock_guard<std::mutex> lock(impl_->qmu);
+            impl_->worker_exit = true;
+        }
+        impl_->qcv.notify_all();
+        impl_->worker_thread.join();
+    }
+}
+
+bool Server::bind() {
+    Impl& s = *impl_;
+    if (s.opt.port == 0) {
+        s.port = s.http.bind_to_any_port(s.opt.host);
+        if (s.port < 0) s.error = "cannot bind " + s.opt.host + " on any port";
+    } else if (s.http.bind_to_port(s.opt.host, s.opt.port)) {
+        s.port = s.opt.port;
+    } else {
+        s.error = "cannot bind " + s.opt.host + ":" + std::to_string(s.opt.port) + " (in use or not permitted)";
+    }
+    return s.port >= 0;
+}
+
+int Server::port() const { return impl_->port; }
+bool Server::ready() const { return impl_->ready; }
+const std::string& Server::error() const { return impl_->error; }
+
+bool Server::run() {
+    Impl& s = *impl_;
+    s.loader_thread = std::thread([&s] { s.load(); });
+    s.worker_thread = std::thread([&s] { s.worker_loop(); });
+    if (!s.stopping) s.http.listen_after_bind();
+    s.listening_done = true;
+    s.loader_thread.join();
+    {
+        std::lock_guard<std::mutex> lock(s.qmu);
+        s.worker_exit = true;
+    }
+    s.qcv.notify_all();
+    s.worker_thread.join();
+    return !s.load_failed;
+}
+
+void Server::stop() {
+    Impl& s = *impl_;
+    s.stopping = true;
+    s.http.stop();
+}
+
+}  // namespace clef
