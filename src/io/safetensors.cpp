@@ -193,7 +193,10 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
         t.nbytes = static_cast<size_t>(e - b);
         f.tensors_.push_back(std::move(t));
     }
+    // Empty tensors occupy no bytes and never overlap; they are left out so that they cannot hide an overlap
+    // between their neighbours. Sorted by begin, non-empty ranges are disjoint iff each adjacent pair is.
     for (const auto& t : f.tensors_) {
+        if (t.nbytes == 0) continue;
         size_t b = static_cast<size_t>(t.data - (base + data_start));
         ranges.push_back({b, b + t.nbytes, &t.name});
     }
@@ -201,8 +204,6 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
         return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
     });
     for (size_t i = 1; i < ranges.size(); ++i) {
-        // Empty tensors occupy no bytes and never overlap.
-        if (ranges[i].begin == ranges[i].end || ranges[i - 1].begin == ranges[i - 1].end) continue;
         if (ranges[i].begin < ranges[i - 1].end)
             throw fail("tensors '" + *ranges[i - 1].name + "' and '" + *ranges[i].name + "' overlap");
     }
@@ -218,16 +219,35 @@ const TensorView* SafetensorsFile::find(std::string_view name) const {
     return nullptr;
 }
 
-Checkpoint Checkpoint::open_files(const std::vector<std::string>& files) {
-    Checkpoint c;
-    c.files_.reserve(files.size());
-    for (const auto& p : files) c.files_.push_back(SafetensorsFile::open(p));
-    for (const auto& f : c.files_)
+Checkpoint::Checkpoint(const Checkpoint& o) : files_(o.files_), description_(o.description_) { build_index(); }
+
+Checkpoint& Checkpoint::operator=(const Checkpoint& o) {
+    if (this != &o) {
+        files_ = o.files_;
+        description_ = o.description_;
+        build_index();
+    }
+    return *this;
+}
+
+// by_name_ points into files_[i].tensors(); the views themselves point into the shared mappings, so a copy of
+// the files stays valid but needs its own index.
+void Checkpoint::build_index() {
+    by_name_.clear();
+    for (const auto& f : files_)
         for (const auto& t : f.tensors()) {
-            auto [it, inserted] = c.by_name_.emplace(t.name, &t);
+            auto [it, inserted] = by_name_.emplace(t.name, &t);
             if (!inserted)
                 throw Error("tensor '" + t.name + "' appears in both " + it->second->file + " and " + t.file);
         }
+}
+
+Checkpoint Checkpoint::open_files(const std::vector<std::string>& files) {
+    if (files.empty()) throw Error("checkpoint: no safetensors files given");
+    Checkpoint c;
+    c.files_.reserve(files.size());
+    for (const auto& p : files) c.files_.push_back(SafetensorsFile::open(p));
+    c.build_index();
     c.description_ = files.size() == 1 ? files[0] : files[0] + " (+" + std::to_string(files.size() - 1) + " shards)";
     return c;
 }
@@ -257,6 +277,7 @@ Checkpoint Checkpoint::open(const std::string& path) {
             expected[it.key()] = shard;
             if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);
         }
+        if (shards.empty()) throw Error(index.string() + ": weight_map is empty");
         std::sort(shards.begin(), shards.end());
         std::vector<std::string> paths;
         for (const auto& s : shards) paths.push_back((dir / s).string());

@@ -59,6 +59,13 @@ private:
 // or with model.safetensors, or a single .safetensors path.
 class Checkpoint {
 public:
+    Checkpoint() = default;
+    // Copies share the mappings; the name index is rebuilt so that it points into the copy.
+    Checkpoint(const Checkpoint& o);
+    Checkpoint& operator=(const Checkpoint& o);
+    Checkpoint(Checkpoint&&) noexcept = default;
+    Checkpoint& operator=(Checkpoint&&) noexcept = default;
+
     static Checkpoint open(const std::string& path);
     // Opens exactly these files as one checkpoint (duplicate tensor names are an error).
     static Checkpoint open_files(const std::vector<std::string>& files);
@@ -71,6 +78,8 @@ public:
     const std::string& description() const { return description_; }
 
 private:
+    void build_index();
+
     std::vector<SafetensorsFile> files_;
     std::map<std::string, const TensorView*, std::less<>> by_name_;
     std::string description_;

@@ -6,9 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "io/model_dir.h"
+
 namespace clef {
 
 enum class LayerType { LinearAttention, FullAttention };
+
+// "linear_attention" / "full_attention", the spelling of config.json's layer_types.
+const char* layer_type_name(LayerType t);
 
 struct TextConfig {
     int vocab_size = 0;
@@ -23,8 +28,8 @@ struct TextConfig {
     bool attn_output_gate = true;
     double rope_theta = 1e7;
     double partial_rotary_factor = 0.25;
-    int rotary_dim = 0;                 // head_dim * partial_rotary_factor
-    std::vector<int> mrope_section;     // e.g. {11, 11, 10}; sums to rotary_dim / 2
+    int rotary_dim = 0;              // head_dim * partial_rotary_factor
+    std::vector<int> mrope_section;  // e.g. {11, 11, 10}; sums to rotary_dim / 2
     bool mrope_interleaved = true;
     // Gated DeltaNet.
     int linear_num_key_heads = 0;
@@ -35,6 +40,9 @@ struct TextConfig {
     float rms_norm_eps = 1e-6f;
     bool tie_word_embeddings = false;
     int max_position_embeddings = 0;
+    int mtp_num_hidden_layers = 0;  // multi-token-prediction layers (mtp.* tensors; unused by the engine)
+
+    int num_layers_of(LayerType t) const;
 };
 
 struct VisionConfig {
@@ -76,5 +84,13 @@ ModelConfig load_model_config(const std::string& config_json_path);
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source_name);
 HeadConfig load_head_config(const std::string& path);
 HeadConfig parse_head_config(const std::string& json_text, const std::string& source_name);
+
+// The configs of a located model directory. head is empty for a backbone-only directory. Also checks that the
+// head reads the backbone's width (joint_head_config.json hidden_size == text hidden_size).
+struct ModelDirConfig {
+    ModelConfig model;
+    std::optional<HeadConfig> head;
+};
+ModelDirConfig load_model_dir_config(const ModelDir& dir);
 
 }  // namespace clef

@@ -1,0 +1,421 @@
+#include "model/config.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string_view>
+
+#include "util/error.h"
+
+namespace clef {
+
+using nlohmann::json;
+
+namespace {
+
+// A short rendering of a JSON value for error messages.
+std::string show(const json& v) {
+    std::string s = v.dump();
+    if (s.size() > 60) s = s.substr(0, 57) + "...";
+    return s;
+}
+
+std::string show_number(double v) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+}
+
+// Reads typed keys of one JSON object; errors read "<source>: <prefix><key>: <problem>".
+class Fields {
+public:
+    Fields(const json& obj, const std::string& source, std::string prefix)
+        : obj_(obj), source_(source), prefix_(std::move(prefix)) {}
+
+    [[noreturn]] void fail(std::string_view key, const std::string& problem) const {
+        throw Error(source_ + ": " + prefix_ + std::string(key) + ": " + problem);
+    }
+    std::string path(std::string_view key) const { return prefix_ + std::string(key); }
+    const std::string& source() const { return source_; }
+
+    // nullptr when absent or null.
+    const json* find(std::string_view key) const {
+        auto it = obj_.find(key);
+        if (it == obj_.end() || it->is_null()) return nullptr;
+        return &*it;
+    }
+    bool has(std::string_view key) const { return find(key) != nullptr; }
+
+    const json& require(std::string_view key) const {
+        const json* v = find(key);
+        if (!v) fail(key, "missing");
+        return *v;
+    }
+
+    int integer(std::string_view key, const json& v) const {
+        if (!v.is_number_integer()) fail(key, "expected an integer, got " + show(v));
+        if (v.is_number_unsigned()) {
+            if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max()))
+                fail(key, "value " + show(v) + " is too large");
+        } else {
+            int64_t i = v.get<int64_t>();
+            if (i < std::numeric_limits<int>::min() || i > std::numeric_limits<int>::max())
+                fail(key, "value " + show(v) + " is out of range");
+        }
+        return v.get<int>();
+    }
+    int positive(std::string_view key) const {
+        int v = integer(key, require(key));
+        if (v <= 0) fail(key, "must be positive, got " + std::to_string(v));
+        return v;
+    }
+    int positive_or(std::string_view key, int def) const { return has(key) ? positive(key) : def; }
+    int integer_or(std::string_view key, int def) const {
+        const json* v = find(key);
+        return v ? integer(key, *v) : def;
+    }
+    double number(std::string_view key, const json& v) const {
+        if (!v.is_number()) fail(key, "expected a number, got " + show(v));
+        double d = v.get<double>();
+        if (!std::isfinite(d)) fail(key, "must be finite");
+        return d;
+    }
+    bool boolean_or(std::string_view key, bool def) const {
+        const json* v = find(key);
+        if (!v) return def;
+        if (!v->is_boolean()) fail(key, "expected true or false, got " + show(*v));
+        return v->get<bool>();
+    }
+    std::string string_or(std::string_view key, const std::string& def) const {
+        const json* v = find(key);
+        if (!v) return def;
+        if (!v->is_string()) fail(key, "expected a string, got " + show(*v));
+        return v->get<std::string>();
+    }
+    // A nested object (nullptr when absent or null); anything else is an error.
+    const json* object_or_null(std::string_view key) const {
+        const json* v = find(key);
+        if (v && !v->is_object()) fail(key, "expected an object, got " + show(*v));
+        return v;
+    }
+
+private:
+    const json& obj_;
+    const std::string& source_;
+    std::string prefix_;
+};
+
+json parse_object(const std::string& text, const std::string& source) {
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::exception& e) {
+        throw Error(source + ": not valid JSON: " + e.what());
+    }
+    if (!j.is_object()) throw Error(source + ": expected a JSON object at the top level, got " + show(j));
+    return j;
+}
+
+std::string read_text_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(path + ": cannot open");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    if (in.bad()) throw Error(path + ": read error");
+    return ss.str();
+}
+
+bool parse_layer_type(std::string_view s, LayerType& out) {
+    if (s == "linear_attention") {
+        out = LayerType::LinearAttention;
+        return true;
+    }
+    if (s == "full_attention") {
+        out = LayerType::FullAttention;
+        return true;
+    }
+    return false;
+}
+
+void parse_layer_types(const Fields& f, TextConfig& t) {
+    if (const json* lt = f.find("layer_types")) {
+        if (!lt->is_array()) f.fail("layer_types", "expected an array of strings, got " + show(*lt));
+        if (lt->size() != static_cast<size_t>(t.num_layers))
+            f.fail("layer_types", "has " + std::to_string(lt->size()) + " entries, num_hidden_layers is " +
+                                      std::to_string(t.num_layers));
+        for (size_t i = 0; i < lt->size(); ++i) {
+            const json& v = (*lt)[i];
+            LayerType type;
+            if (!v.is_string() || !parse_layer_type(v.get_ref<const std::string&>(), type))
+                f.fail("layer_types", "entry " + std::to_string(i) + " is " + show(v) +
+                                          " (expected \"linear_attention\" or \"full_attention\")");
+            t.layer_types.push_back(type);
+        }
+        return;
+    }
+    // Qwen3.5 rule: every interval-th layer is full attention, the others linear.
+    const int interval = f.positive_or("full_attention_interval", 4);
+    for (int i = 0; i < t.num_layers; ++i)
+        t.layer_types.push_back((i + 1) % interval == 0 ? LayerType::FullAttention
+                                                        : LayerType::LinearAttention);
+}
+
+// Rope settings: text_config.rope_parameters (current transformers) or the older rope_theta /
+// partial_rotary_factor / rope_scaling keys. rope_parameters wins where both are present.
+void parse_rope(const Fields& f, TextConfig& t) {
+    static const json kEmpty = json::object();
+    const json* rp = f.object_or_null("rope_parameters");
+    const json* rs = f.object_or_null("rope_scaling");
+    const Fields rpf(rp ? *rp : kEmpty, f.source(), f.path("rope_parameters") + ".");
+    const Fields rsf(rs ? *rs : kEmpty, f.source(), f.path("rope_scaling") + ".");
+
+    // rope type: only the default (plain / multimodal) rotary embedding is supported.
+    for (const auto* src : {&rpf, &rsf}) {
+        for (const char* key : {"rope_type", "type"}) {
+            std::string type = src->string_or(key, "default");
+            if (type != "default" && type != "mrope")
+                src->fail(key, "unsupported rope type '" + type + "' (only default is supported)");
+        }
+    }
+
+    if (rpf.has("rope_theta")) {
+        t.rope_theta = rpf.number("rope_theta", rpf.require("rope_theta"));
+    } else if (f.has("rope_theta")) {
+        t.rope_theta = f.number("rope_theta", f.require("rope_theta"));
+    } else {
+        f.fail("rope_parameters.rope_theta",
+               "missing (neither rope_parameters.rope_theta nor rope_theta is set)");
+    }
+    if (!(t.rope_theta > 0)) {
+        (rpf.has("rope_theta") ? rpf : f)
+            .fail("rope_theta", "must be positive, got " + show_number(t.rope_theta));
+    }
+
+    const Fields& prf = rpf.has("partial_rotary_factor") ? rpf : f;
+    if (prf.has("partial_rotary_factor"))
+        t.partial_rotary_factor = prf.number("partial_rotary_factor", prf.require("partial_rotary_factor"));
+    if (!(t.partial_rotary_factor > 0 && t.partial_rotary_factor <= 1))
+        prf.fail("partial_rotary_factor", "must be in (0, 1], got " + show_number(t.partial_rotary_factor));
+    const double rot = t.head_dim * t.partial_rotary_factor;
+    t.rotary_dim = static_cast<int>(std::lround(rot));
+    if (std::fabs(rot - t.rotary_dim) > 1e-9)
+        prf.fail("partial_rotary_factor",
+                 "head_dim " + std::to_string(t.head_dim) + " x " + show_number(t.partial_rotary_factor) +
+                     " = " + show_number(rot) + " is not a whole number of rotary dimensions");
+    if (t.rotary_dim <= 0 || t.rotary_dim % 2 != 0 || t.rotary_dim > t.head_dim)
+        prf.fail("partial_rotary_factor", "rotary_dim " + std::to_string(t.rotary_dim) +
+                                              " must be even, positive and at most head_dim " +
+                                              std::to_string(t.head_dim));
+
+    const Fields* mf = rpf.has("mrope_section") ? &rpf : rsf.has("mrope_section") ? &rsf : nullptr;
+    if (mf) {
+        const json& ms = mf->require("mrope_section");
+        if (!ms.is_array() || ms.empty())
+            mf->fail("mrope_section", "expected a non-empty array, got " + show(ms));
+        int sum = 0;
+        for (const json& v : ms) {
+            int s = mf->integer("mrope_section", v);
+            if (s < 0) mf->fail("mrope_section", "entries must be non-negative, got " + show(ms));
+            t.mrope_section.push_back(s);
+            sum += s;
+        }
+        if (sum != t.rotary_dim / 2)
+            mf->fail("mrope_section", show(ms) + " sums to " + std::to_string(sum) +
+                                          ", expected rotary_dim/2 = " + std::to_string(t.rotary_dim / 2));
+    }
+    const Fields& mif = rpf.has("mrope_interleaved") ? rpf : rsf;
+    t.mrope_interleaved = mif.boolean_or("mrope_interleaved", true);
+}
+
+TextConfig parse_text_config(const Fields& f, const Fields* top) {
+    TextConfig t;
+    t.vocab_size = f.positive("vocab_size");
+    t.hidden_size = f.positive("hidden_size");
+    t.intermediate_size = f.positive("intermediate_size");
+    t.num_layers = f.positive("num_hidden_layers");
+    t.num_heads = f.positive("num_attention_heads");
+    t.num_kv_heads = f.positive("num_key_value_heads");
+    t.head_dim = f.positive("head_dim");
+    t.attn_output_gate = f.boolean_or("attn_output_gate", true);
+    t.linear_num_key_heads = f.positive("linear_num_key_heads");
+    t.linear_num_value_heads = f.positive("linear_num_value_heads");
+    t.linear_key_head_dim = f.positive("linear_key_head_dim");
+    t.linear_value_head_dim = f.positive("linear_value_head_dim");
+    t.linear_conv_kernel = f.positive_or("linear_conv_kernel_dim", 4);
+    if (f.has("rms_norm_eps")) {
+        double eps = f.number("rms_norm_eps", f.require("rms_norm_eps"));
+        if (!(eps > 0)) f.fail("rms_norm_eps", "must be positive, got " + show_number(eps));
+        t.rms_norm_eps = static_cast<float>(eps);
+    }
+    t.max_position_embeddings = f.positive_or("max_position_embeddings", 0);
+    t.mtp_num_hidden_layers = f.integer_or("mtp_num_hidden_layers", 0);
+    if (t.mtp_num_hidden_layers < 0)
+        f.fail("mtp_num_hidden_layers",
+               "must not be negative, got " + std::to_string(t.mtp_num_hidden_layers));
+
+    // tie_word_embeddings may sit in text_config, at the top level, or both (then they must agree).
+    const bool in_text = f.has("tie_word_embeddings");
+    const bool in_top = top && top->has("tie_word_embeddings");
+    t.tie_word_embeddings = in_text ? f.boolean_or("tie_word_embeddings", false)
+                                    : (in_top ? top->boolean_or("tie_word_embeddings", false) : false);
+    if (in_text && in_top && top->boolean_or("tie_word_embeddings", false) != t.tie_word_embeddings)
+        f.fail("tie_word_embeddings", std::string(t.tie_word_embeddings ? "true" : "false") +
+                                          " disagrees with the top-level tie_word_embeddings");
+
+    if (t.num_heads % t.num_kv_heads != 0)
+        f.fail("num_attention_heads", std::to_string(t.num_heads) +
+                                          " is not a multiple of num_key_value_heads " +
+                                          std::to_string(t.num_kv_heads));
+    if (t.linear_num_value_heads % t.linear_num_key_heads != 0)
+        f.fail("linear_num_value_heads", std::to_string(t.linear_num_value_heads) +
+                                             " is not a multiple of linear_num_key_heads " +
+                                             std::to_string(t.linear_num_key_heads));
+    parse_layer_types(f, t);
+    parse_rope(f, t);
+    return t;
+}
+
+VisionConfig parse_vision_config(const Fields& f, const TextConfig& text) {
+    VisionConfig v;
+    v.depth = f.positive("depth");
+    v.hidden_size = f.positive("hidden_size");
+    v.num_heads = f.positive("num_heads");
+    v.intermediate_size = f.positive("intermediate_size");
+    v.patch_size = f.positive_or("patch_size", 16);
+    v.temporal_patch_size = f.positive_or("temporal_patch_size", 2);
+    v.spatial_merge_size = f.positive_or("spatial_merge_size", 2);
+    v.num_position_embeddings = f.positive("num_position_embeddings");
+    v.out_hidden_size = f.positive("out_hidden_size");
+    v.in_channels = f.positive_or("in_channels", 3);
+    v.hidden_act = f.string_or("hidden_act", "gelu_pytorch_tanh");
+    if (v.hidden_size % v.num_heads != 0)
+        f.fail("hidden_size", std::to_string(v.hidden_size) + " is not a multiple of num_heads " +
+                                  std::to_string(v.num_heads));
+    const int side = static_cast<int>(std::lround(std::sqrt(static_cast<double>(v.num_position_embeddings))));
+    if (side * side != v.num_position_embeddings)
+        f.fail("num_position_embeddings", std::to_string(v.num_position_embeddings) +
+                                              " is not a square (the learned grid is side x side)");
+    if (v.out_hidden_size != text.hidden_size)
+        f.fail("out_hidden_size", std::to_string(v.out_hidden_size) +
+                                      " does not match the text hidden_size " +
+                                      std::to_string(text.hidden_size));
+    if (const json* ds = f.find("deepstack_visual_indexes")) {
+        if (!ds->is_array()) f.fail("deepstack_visual_indexes", "expected an array, got " + show(*ds));
+        if (!ds->empty()) f.fail("deepstack_visual_indexes", show(*ds) + ": DeepStack is not supported");
+    }
+    return v;
+}
+
+// A special token id from the top level; -1 when absent.
+int token_id_or(const Fields& f, std::string_view key, int vocab_size) {
+    const int id = f.integer_or(key, -1);
+    if (!f.has(key)) return -1;
+    if (id < 0 || id >= vocab_size)
+        f.fail(key,
+               std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+    return id;
+}
+
+}  // namespace
+
+const char* layer_type_name(LayerType t) {
+    return t == LayerType::FullAttention ? "full_attention" : "linear_attention";
+}
+
+int TextConfig::num_layers_of(LayerType t) const {
+    int n = 0;
+    for (LayerType l : layer_types) n += l == t;
+    return n;
+}
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source_name) {
+    const json root = parse_object(json_text, source_name);
+    const Fields top(root, source_name, "");
+    ModelConfig c;
+
+    if (!top.has("model_type")) top.fail("model_type", "missing (expected qwen3_5 or qwen3_5_text)");
+    c.model_type = top.string_or("model_type", "");
+    const bool nested = c.model_type == "qwen3_5";
+    if (!nested && c.model_type != "qwen3_5_text")
+        top.fail("model_type", "unsupported model type '" + c.model_type +
+                                   "' (clef.cpp runs Qwen3.5 checkpoints: qwen3_5 or qwen3_5_text)");
+
+    if (const json* arch = top.find("architectures")) {
+        if (!arch->is_array() || arch->empty() || !(*arch)[0].is_string())
+            top.fail("architectures", "expected a non-empty array of strings, got " + show(*arch));
+        c.architecture = (*arch)[0].get<std::string>();
+    } else {
+        c.architecture = nested ? "Qwen3_5ForConditionalGeneration" : "Qwen3_5ForCausalLM";
+    }
+
+    if (nested) {
+        const json* tc = top.object_or_null("text_config");
+        if (!tc) top.fail("text_config", "missing (required for model_type qwen3_5)");
+        const Fields tf(*tc, source_name, "text_config.");
+        const std::string text_type = tf.string_or("model_type", "qwen3_5_text");
+        if (text_type != "qwen3_5_text")
+            tf.fail("model_type", "unsupported text model type '" + text_type + "' (expected qwen3_5_text)");
+        c.text = parse_text_config(tf, &top);
+        if (const json* vc = top.object_or_null("vision_config")) {
+            const Fields vf(*vc, source_name, "vision_config.");
+            const std::string vision_type = vf.string_or("model_type", "qwen3_5_vision");
+            if (vision_type != "qwen3_5_vision")
+                vf.fail("model_type",
+                        "unsupported vision model type '" + vision_type + "' (expected qwen3_5_vision)");
+            c.vision = parse_vision_config(vf, c.text);
+        }
+    } else {
+        c.text = parse_text_config(top, nullptr);
+    }
+    const int vocab = c.text.vocab_size;
+    c.image_token_id = token_id_or(top, "image_token_id", vocab);
+    c.video_token_id = token_id_or(top, "video_token_id", vocab);
+    c.vision_start_token_id = token_id_or(top, "vision_start_token_id", vocab);
+    c.vision_end_token_id = token_id_or(top, "vision_end_token_id", vocab);
+    return c;
+}
+
+ModelConfig load_model_config(const std::string& config_json_path) {
+    return parse_model_config(read_text_file(config_json_path), config_json_path);
+}
+
+HeadConfig parse_head_config(const std::string& json_text, const std::string& source_name) {
+    const json root = parse_object(json_text, source_name);
+    const Fields f(root, source_name, "");
+    HeadConfig h;
+    h.hidden_size = f.positive("hidden_size");
+    h.width = f.positive("width");
+    h.routing_layers = f.positive("routing_layers");
+    h.layers = f.positive("layers");
+    h.heads = f.positive("heads");
+    h.feedforward = f.positive("feedforward");
+    if (h.width % h.heads != 0)
+        f.fail("width", std::to_string(h.width) + " is not a multiple of heads " + std::to_string(h.heads));
+    if (f.has("dropout")) {
+        double d = f.number("dropout", f.require("dropout"));
+        if (d < 0 || d >= 1) f.fail("dropout", "must be in [0, 1), got " + show_number(d));
+    }
+    return h;
+}
+
+HeadConfig load_head_config(const std::string& path) {
+    return parse_head_config(read_text_file(path), path);
+}
+
+ModelDirConfig load_model_dir_config(const ModelDir& dir) {
+    ModelDirConfig out;
+    out.model = load_model_config(dir.config_path);
+    if (!dir.backbone_only) {
+        HeadConfig h = load_head_config(dir.head_config_path);
+        if (h.hidden_size != out.model.text.hidden_size)
+            throw Error(dir.head_config_path + ": hidden_size: " + std::to_string(h.hidden_size) +
+                        " does not match the backbone hidden_size " +
+                        std::to_string(out.model.text.hidden_size) + " in " + dir.config_path);
+        out.head = h;
+    }
+    return out;
+}
+
+}  // namespace clef

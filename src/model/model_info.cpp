@@ -1,0 +1,551 @@
+#include "model/model_info.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string_view>
+
+#include "util/error.h"
+
+namespace clef {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view kVlmPrefix = "model.language_model.";
+constexpr std::string_view kTextOnlyPrefix = "model.";
+constexpr std::string_view kVisionPrefix = "model.visual.";
+constexpr std::string_view kLmHeadPrefix = "lm_head.";
+
+bool starts_with(std::string_view s, std::string_view p) {
+    return s.substr(0, p.size()) == p;
+}
+
+enum class Part { LinearLayers, FullLayers, FinalNorm, Embed, LmHead, Vision, Head, Other };
+
+// The text prefix the checkpoint uses: Qwen3_5ForConditionalGeneration nests the text model under
+// model.language_model., Qwen3_5ForCausalLM puts it directly under model.
+std::string detect_text_prefix(const Checkpoint& ck) {
+    bool plain = false;
+    for (const TensorView* t : ck.all()) {
+        if (starts_with(t->name, kVlmPrefix)) return std::string(kVlmPrefix);
+        if (starts_with(t->name, "model.layers.") || starts_with(t->name, "model.embed_tokens.") ||
+            starts_with(t->name, "model.norm."))
+            plain = true;
+    }
+    return std::string(plain ? kTextOnlyPrefix : kVlmPrefix);
+}
+
+// Layer index from "<prefix>layers.<N>.<rest>"; -1 when the name does not have that form.
+int layer_index(std::string_view name, std::string_view layers_prefix) {
+    std::string_view rest = name.substr(layers_prefix.size());
+    size_t i = 0;
+    int64_t n = 0;
+    while (i < rest.size() && rest[i] >= '0' && rest[i] <= '9' && n < (int64_t{1} << 31))
+        n = n * 10 + (rest[i++] - '0');
+    if (i == 0 || i >= rest.size() || rest[i] != '.' || n >= (int64_t{1} << 31)) return -1;
+    return static_cast<int>(n);
+}
+
+Part classify(std::string_view name, const std::string& prefix, const TextConfig& text) {
+    const std::string layers = prefix + "layers.";
+    if (starts_with(name, layers)) {
+        int idx = layer_index(name, layers);
+        if (idx < 0 || idx >= text.num_layers) return Part::Other;
+        return text.layer_types[idx] == LayerType::FullAttention ? Part::FullLayers : Part::LinearLayers;
+    }
+    if (starts_with(name, prefix + "embed_tokens.")) return Part::Embed;
+    if (starts_with(name, prefix + "norm.")) return Part::FinalNorm;
+    if (starts_with(name, kLmHeadPrefix)) return Part::LmHead;
+    if (starts_with(name, kVisionPrefix)) return Part::Vision;
+    return Part::Other;
+}
+
+int64_t& slot(ParamCounts& c, Part p) {
+    switch (p) {
+        case Part::LinearLayers:
+            return c.linear_attention_layers;
+        case Part::FullLayers:
+            return c.full_attention_layers;
+        case Part::FinalNorm:
+            return c.final_norm;
+        case Part::Embed:
+            return c.embed_tokens;
+        case Part::LmHead:
+            return c.lm_head;
+        case Part::Vision:
+            return c.vision;
+        case Part::Head:
+            return c.head;
+        case Part::Other:
+            break;
+    }
+    return c.other;
+}
+
+std::string relative_name(const std::string& path, const std::string& root) {
+    fs::path rel = fs::path(path).lexically_relative(fs::path(root));
+    std::string s = rel.string();
+    if (s.empty() || starts_with(s, "..")) return path;
+    return s;
+}
+
+uint64_t file_bytes(const std::string& path) {
+    std::error_code ec;
+    uintmax_t n = fs::file_size(path, ec);
+    if (ec) throw Error(path + ": cannot read the file size: " + ec.message());
+    return static_cast<uint64_t>(n);
+}
+
+std::string join_ints(const std::vector<int>& v, const char* sep) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + std::to_string(v[i]);
+    return s;
+}
+
+std::string number_text(double v) {
+    if (v == static_cast<double>(static_cast<int64_t>(v)) && std::abs(v) < 9e15)
+        return with_thousands(static_cast<int64_t>(v));
+    return fmt::format("{}", v);
+}
+
+std::vector<int> full_attention_layers(const TextConfig& t) {
+    std::vector<int> idx;
+    for (size_t i = 0; i < t.layer_types.size(); ++i)
+        if (t.layer_types[i] == LayerType::FullAttention) idx.push_back(static_cast<int>(i));
+    return idx;
+}
+
+}  // namespace
+
+int64_t expected_layer_params(const TextConfig& t, LayerType type) {
+    const int64_t h = t.hidden_size;
+    int64_t n = 2 * h;                                       // input_layernorm, post_attention_layernorm
+    n += 3 * static_cast<int64_t>(t.intermediate_size) * h;  // mlp gate/up/down
+    if (type == LayerType::LinearAttention) {
+        const int64_t hk = t.linear_num_key_heads, hv = t.linear_num_value_heads;
+        const int64_t key_dim = hk * t.linear_key_head_dim, value_dim = hv * t.linear_value_head_dim;
+        const int64_t conv_dim = 2 * key_dim + value_dim;
+        n += conv_dim * h;                     // in_proj_qkv
+        n += value_dim * h;                    // in_proj_z
+        n += 2 * hv * h;                       // in_proj_b, in_proj_a
+        n += conv_dim * t.linear_conv_kernel;  // conv1d (depthwise, no bias)
+        n += 2 * hv;                           // A_log, dt_bias
+        n += t.linear_value_head_dim;          // gated norm, shared by the value heads
+        n += h * value_dim;                    // out_proj
+    } else {
+        const int64_t q_dim = static_cast<int64_t>(t.num_heads) * t.head_dim;
+        const int64_t kv_dim = static_cast<int64_t>(t.num_kv_heads) * t.head_dim;
+        n += (t.attn_output_gate ? 2 : 1) * q_dim * h;  // q_proj (query and gate per head)
+        n += 2 * kv_dim * h;                            // k_proj, v_proj
+        n += h * q_dim;                                 // o_proj
+        n += 2 * static_cast<int64_t>(t.head_dim);      // q_norm, k_norm
+    }
+    return n;
+}
+
+int64_t expected_vision_params(const VisionConfig& v) {
+    const int64_t h = v.hidden_size, inter = v.intermediate_size;
+    const int64_t patch_in =
+        static_cast<int64_t>(v.in_channels) * v.temporal_patch_size * v.patch_size * v.patch_size;
+    int64_t n = h * patch_in + h;                              // patch_embed.proj (Conv3d with bias)
+    n += static_cast<int64_t>(v.num_position_embeddings) * h;  // pos_embed
+    const int64_t block = 4 * h                                // norm1, norm2 (weight + bias)
+                          + 3 * h * h + 3 * h                  // attn.qkv
+                          + h * h + h                          // attn.proj
+                          + inter * h + inter                  // mlp.linear_fc1
+                          + h * inter + h;                     // mlp.linear_fc2
+    n += v.depth * block;
+    const int64_t merged = h * v.spatial_merge_size * v.spatial_merge_size;
+    n += 2 * h;                                                                 // merger.norm
+    n += merged * merged + merged;                                              // merger.linear_fc1
+    n += static_cast<int64_t>(v.out_hidden_size) * merged + v.out_hidden_size;  // merger.linear_fc2
+    return n;
+}
+
+int64_t expected_head_params(const HeadConfig& hc) {
+    const int64_t h = hc.hidden_size, w = hc.width, f = hc.feedforward;
+    const int64_t mha = 3 * w * w + 3 * w + w * w + w;  // packed in_proj + out_proj, with biases
+    const int64_t ffn = f * w + f + w * f + w;
+    int64_t n = 2 * h;  // hidden_norm
+    n += 6 * w * h;     // memory/question/option_question/global/option_context/option_lexical projections
+    n += 3 * w;         // type_embedding (noul, choice, score)
+    n += hc.routing_layers *
+         (3 * 2 * w + mha + ffn);                  // query/memory/feedforward norms, attention, feedforward
+    n += 2 * w;                                    // option_summary_norm
+    n += hc.layers * (2 * mha + ffn + 3 * 2 * w);  // self_attn, multihead_attn, linear1/2, norm1..3
+    n += 2 * w + 2 * w;                            // field_norm, option_norm
+    n += 4 * w * w + w;                            // residual_scorer.0
+    n += w + 1;                                    // residual_scorer.3
+    n += 3;                                        // prior_logit_scale, joint_logit_scale, residual_gate
+    return n;
+}
+
+ParamCounts expected_param_counts(const ModelConfig& config, const HeadConfig* head) {
+    const TextConfig& t = config.text;
+    ParamCounts c;
+    c.linear_attention_layers =
+        t.num_layers_of(LayerType::LinearAttention) * expected_layer_params(t, LayerType::LinearAttention);
+    c.full_attention_layers =
+        t.num_layers_of(LayerType::FullAttention) * expected_layer_params(t, LayerType::FullAttention);
+    c.final_norm = t.hidden_size;
+    c.embed_tokens = static_cast<int64_t>(t.vocab_size) * t.hidden_size;
+    c.lm_head = t.tie_word_embeddings ? 0 : c.embed_tokens;
+    c.vision = config.vision ? expected_vision_params(*config.vision) : 0;
+    c.head = head ? expected_head_params(*head) : 0;
+    return c;
+}
+
+std::string describe_layer_pattern(const std::vector<LayerType>& types) {
+    const size_t n = types.size();
+    if (n == 0) return "none";
+    size_t period = n;
+    for (size_t p = 1; p < n; ++p) {
+        if (n % p != 0) continue;
+        bool ok = true;
+        for (size_t i = p; i < n && ok; ++i) ok = types[i] == types[i - p];
+        if (ok) {
+            period = p;
+            break;
+        }
+    }
+    std::string s;
+    for (size_t i = 0; i < period;) {
+        size_t j = i;
+        while (j < period && types[j] == types[i]) ++j;
+        if (!s.empty()) s += " + ";
+        s += std::to_string(j - i) + "×" + (types[i] == LayerType::FullAttention ? "full" : "linear");
+        i = j;
+    }
+    if (period < n) s += ", repeated " + std::to_string(n / period) + "×";
+    return s;
+}
+
+std::string with_thousands(int64_t v) {
+    const bool neg = v < 0;
+    uint64_t u = neg ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+    std::string digits = std::to_string(u), out;
+    for (size_t i = 0; i < digits.size(); ++i) {
+        if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+        out += digits[i];
+    }
+    return neg ? "-" + out : out;
+}
+
+bool ModelInfo::counts_match() const {
+    return std::all_of(components.begin(), components.end(),
+                       [](const ComponentInfo& c) { return c.matches(); });
+}
+
+ModelInfo compute_model_info(const ModelDir& dir, const ModelDirConfig& config, const Checkpoint& backbone,
+                             const SafetensorsFile* head_weights) {
+    ModelInfo info;
+    info.dir = dir;
+    info.config = config.model;
+    info.head = config.head;
+    const TextConfig& text = info.config.text;
+    info.text_prefix = detect_text_prefix(backbone);
+    info.layer_pattern = describe_layer_pattern(text.layer_types);
+    info.expected = expected_param_counts(info.config, info.head ? &*info.head : nullptr);
+
+    ParamCounts tensors;  // tensor counts per component, in the same slots
+    std::map<std::string, DTypeTally> dtypes;
+    auto tally = [&](const TensorView& t, Part part) {
+        slot(info.actual, part) += t.numel();
+        slot(tensors, part) += 1;
+        DTypeTally& d = dtypes[std::string(dtype_name(t.dtype))];
+        d.dtype = dtype_name(t.dtype);
+        d.tensors += 1;
+        d.params += t.numel();
+        d.bytes += t.nbytes;
+        if (part == Part::Other && info.other_tensors.size() < 8) info.other_tensors.push_back(t.name);
+    };
+    for (const TensorView* t : backbone.all()) tally(*t, classify(t->name, info.text_prefix, text));
+    info.backbone_tensors = static_cast<int64_t>(backbone.all().size());
+    if (head_weights) {
+        for (const TensorView& t : head_weights->tensors()) tally(t, Part::Head);
+        info.head_tensors = static_cast<int64_t>(head_weights->tensors().size());
+    }
+    for (auto& [name, d] : dtypes) info.dtypes.push_back(d);
+
+    struct Row {
+        const char* key;
+        const char* label;
+        Part part;
+    };
+    const Row rows[] = {
+        {"linear_attention_layers", "linear-attention layers", Part::LinearLayers},
+        {"full_attention_layers", "full-attention layers", Part::FullLayers},
+        {"final_norm", "final norm", Part::FinalNorm},
+        {"embed_tokens", "embed_tokens", Part::Embed},
+        {"lm_head", "lm_head", Part::LmHead},
+        {"vision", "vision tower", Part::Vision},
+        {"head", "joint head", Part::Head},
+        {"other", "other tensors", Part::Other},
+    };
+    for (const Row& r : rows) {
+        ComponentInfo c;
+        c.key = r.key;
+        c.label = r.label;
+        c.tensors = slot(tensors, r.part);
+        c.actual = slot(info.actual, r.part);
+        c.expected = slot(info.expected, r.part);
+        if (r.part == Part::Other && c.tensors == 0) continue;
+        info.components.push_back(c);
+    }
+
+    // Files, in a fixed order.
+    auto add_file = [&](const std::string& path, const char* role, int64_t n_tensors, uint64_t bytes) {
+        if (path.empty()) return;
+        info.files.push_back({relative_name(path, dir.root), path, role, bytes, n_tensors});
+    };
+    add_file(dir.config_path, "backbone config", -1, file_bytes(dir.config_path));
+    add_file(dir.weights_index_path, "weights index", -1,
+             dir.weights_index_path.empty() ? 0 : file_bytes(dir.weights_index_path));
+    for (const SafetensorsFile& f : backbone.files())
+        add_file(f.path(), "backbone weights", static_cast<int64_t>(f.tensors().size()), f.file_size());
+    add_file(dir.head_config_path, "head config", -1,
+             dir.head_config_path.empty() ? 0 : file_bytes(dir.head_config_path));
+    if (head_weights)
+        add_file(head_weights->path(), "head weights", static_cast<int64_t>(head_weights->tensors().size()),
+                 head_weights->file_size());
+    for (const auto& [path, role] : {std::pair{dir.tokenizer_path, "tokenizer"},
+                                     std::pair{dir.tokenizer_config_path, "tokenizer config"},
+                                     std::pair{dir.processor_config_path, "processor config"}})
+        add_file(path, role, -1, path.empty() ? 0 : file_bytes(path));
+
+    // Warnings.
+    for (const std::string& note : dir.notes) info.warnings.push_back(note);
+    for (const ComponentInfo& c : info.components) {
+        if (c.matches()) continue;
+        if (c.key == "other") {
+            std::string names;
+            for (size_t i = 0; i < info.other_tensors.size(); ++i)
+                names += (i ? ", " : "") + info.other_tensors[i];
+            if (c.tensors > static_cast<int64_t>(info.other_tensors.size())) names += ", ...";
+            info.warnings.push_back(fmt::format("{} tensors ({} parameters) belong to no known component: {}",
+                                                with_thousands(c.tensors), with_thousands(c.actual), names));
+        } else {
+            info.warnings.push_back(fmt::format("{}: {} parameters in the files, {} expected from the config",
+                                                c.label, with_thousands(c.actual),
+                                                with_thousands(c.expected)));
+        }
+    }
+    return info;
+}
+
+ModelInfo compute_model_info(const std::string& model_dir) {
+    ModelDir dir = locate_model_dir(model_dir);
+    ModelDirConfig config = load_model_dir_config(dir);
+    Checkpoint backbone = Checkpoint::open(dir.weights_path);
+    std::optional<SafetensorsFile> head;
+    if (!dir.backbone_only) head = SafetensorsFile::open(dir.head_weights_path);
+    return compute_model_info(dir, config, backbone, head ? &*head : nullptr);
+}
+
+std::string format_model_info(const ModelInfo& info) {
+    const ModelConfig& c = info.config;
+    const TextConfig& t = c.text;
+    std::ostringstream o;
+    auto line = [&](std::string_view label, const std::string& value) {
+        o << fmt::format("  {:<22}{}\n", label, value);
+    };
+
+    o << "model " << info.dir.root << "\n";
+    line("architecture", c.architecture + " (model_type " + c.model_type + ")");
+    std::string layout = info.text_prefix + "*";
+    layout += info.text_prefix == kVlmPrefix ? " (Qwen3_5ForConditionalGeneration layout)"
+                                             : " (Qwen3_5ForCausalLM text-only layout)";
+    line("tensor layout", layout);
+    line("head weights", info.dir.backbone_only ? "none (backbone only)" : "joint_head.safetensors");
+    line("layers", std::to_string(t.num_layers) + ": " + info.layer_pattern);
+    std::string letters;
+    for (LayerType l : t.layer_types) letters += l == LayerType::FullAttention ? 'F' : 'L';
+    line("layer types", letters + "  (L linear_attention, F full_attention)");
+    line("full attention at", join_ints(full_attention_layers(t), ", "));
+
+    o << "\nwidths\n";
+    line("hidden_size", with_thousands(t.hidden_size));
+    line("intermediate_size", with_thousands(t.intermediate_size));
+    line("vocab_size",
+         with_thousands(t.vocab_size) + (t.tie_word_embeddings ? " (tied lm_head)" : " (untied lm_head)"));
+    line("full attention",
+         fmt::format("{} query heads, {} KV heads, head_dim {}, output gate {}", t.num_heads, t.num_kv_heads,
+                     t.head_dim, t.attn_output_gate ? "on" : "off"));
+    std::string rope =
+        fmt::format("theta {}, rotary_dim {} of {}", number_text(t.rope_theta), t.rotary_dim, t.head_dim);
+    if (!t.mrope_section.empty())
+        rope += fmt::format(", mrope_section [{}]{}", join_ints(t.mrope_section, ", "),
+                            t.mrope_interleaved ? " interleaved" : "");
+    line("rope", rope);
+    line("linear attention",
+         fmt::format("{} key heads × {}, {} value heads × {}, conv kernel {}", t.linear_num_key_heads,
+                     t.linear_key_head_dim, t.linear_num_value_heads, t.linear_value_head_dim,
+                     t.linear_conv_kernel));
+    line("rms_norm_eps", fmt::format("{}", t.rms_norm_eps));
+    if (t.max_position_embeddings > 0) line("max positions", with_thousands(t.max_position_embeddings));
+    if (c.vision) {
+        const VisionConfig& v = *c.vision;
+        line("vision", fmt::format("depth {}, hidden {}, {} heads, intermediate {}, patch {}, merge {}, "
+                                   "{} positions, out {}",
+                                   v.depth, v.hidden_size, v.num_heads, v.intermediate_size, v.patch_size,
+                                   v.spatial_merge_size, v.num_position_embeddings, v.out_hidden_size));
+    } else {
+        line("vision", "none");
+    }
+    if (info.head) {
+        const HeadConfig& h = *info.head;
+        line("head",
+             fmt::format("hidden {}, width {}, {} routing layers, {} layers, {} heads, feedforward {}",
+                         h.hidden_size, h.width, h.routing_layers, h.layers, h.heads, h.feedforward));
+    }
+
+    o << "\n" << fmt::format("{:<24}{:>9}{:>17}{:>17}\n", "parameters", "tensors", "in files", "from config");
+    auto count_row = [&](const std::string& label, int64_t tensors, int64_t actual, int64_t expected) {
+        o << fmt::format("  {:<22}{:>9}{:>17}{:>17}  {}\n", label, with_thousands(tensors),
+                         with_thousands(actual), with_thousands(expected),
+                         actual == expected ? "ok" : "MISMATCH");
+    };
+    int64_t layer_tensors = 0, total_tensors = 0;
+    for (const ComponentInfo& ci : info.components) {
+        count_row(ci.label, ci.tensors, ci.actual, ci.expected);
+        total_tensors += ci.tensors;
+        if (ci.key == "linear_attention_layers" || ci.key == "full_attention_layers" ||
+            ci.key == "final_norm")
+            layer_tensors += ci.tensors;
+        if (ci.key == "final_norm")
+            count_row("backbone layers total", layer_tensors, info.actual.backbone_layers(),
+                      info.expected.backbone_layers());
+    }
+    count_row("total", total_tensors, info.actual.total(), info.expected.total());
+
+    o << "\n" << fmt::format("{:<24}{:>9}{:>17}{:>17}\n", "dtypes", "tensors", "parameters", "bytes");
+    for (const DTypeTally& d : info.dtypes)
+        o << fmt::format("  {:<22}{:>9}{:>17}{:>17}\n", d.dtype, with_thousands(d.tensors),
+                         with_thousands(d.params), with_thousands(static_cast<int64_t>(d.bytes)));
+
+    o << "\n" << fmt::format("{:<42}{:>17}{:>9}\n", "files", "bytes", "tensors");
+    uint64_t total_bytes = 0;
+    for (const FileEntry& f : info.files) {
+        std::string row =
+            fmt::format("  {:<40}{:>17}", f.name, with_thousands(static_cast<int64_t>(f.bytes)));
+        if (f.tensors >= 0) row += fmt::format("{:>9}", with_thousands(f.tensors));
+        o << row << "\n";
+        total_bytes += f.bytes;
+    }
+    o << fmt::format("  {:<40}{:>17}\n", "total", with_thousands(static_cast<int64_t>(total_bytes)));
+
+    o << "\nwarnings\n";
+    if (info.warnings.empty()) o << "  none\n";
+    for (const std::string& w : info.warnings) o << "  " << w << "\n";
+    return o.str();
+}
+
+nlohmann::json model_info_to_json(const ModelInfo& info) {
+    using nlohmann::json;
+    const ModelConfig& c = info.config;
+    const TextConfig& t = c.text;
+    json j;
+    j["model_dir"] = info.dir.root;
+    j["architecture"] = c.architecture;
+    j["model_type"] = c.model_type;
+    j["text_prefix"] = info.text_prefix;
+    j["backbone_only"] = info.dir.backbone_only;
+
+    json types = json::array();
+    for (LayerType l : t.layer_types) types.push_back(layer_type_name(l));
+    j["layers"] = {{"count", t.num_layers},
+                   {"pattern", info.layer_pattern},
+                   {"types", types},
+                   {"full_attention", full_attention_layers(t)},
+                   {"linear_attention_count", t.num_layers_of(LayerType::LinearAttention)},
+                   {"full_attention_count", t.num_layers_of(LayerType::FullAttention)}};
+    j["text"] = {{"vocab_size", t.vocab_size},
+                 {"hidden_size", t.hidden_size},
+                 {"intermediate_size", t.intermediate_size},
+                 {"num_attention_heads", t.num_heads},
+                 {"num_key_value_heads", t.num_kv_heads},
+                 {"head_dim", t.head_dim},
+                 {"attn_output_gate", t.attn_output_gate},
+                 {"rope_theta", t.rope_theta},
+                 {"partial_rotary_factor", t.partial_rotary_factor},
+                 {"rotary_dim", t.rotary_dim},
+                 {"mrope_section", t.mrope_section},
+                 {"mrope_interleaved", t.mrope_interleaved},
+                 {"linear_num_key_heads", t.linear_num_key_heads},
+                 {"linear_num_value_heads", t.linear_num_value_heads},
+                 {"linear_key_head_dim", t.linear_key_head_dim},
+                 {"linear_value_head_dim", t.linear_value_head_dim},
+                 {"linear_conv_kernel_dim", t.linear_conv_kernel},
+                 {"rms_norm_eps", std::stod(fmt::format("{}", t.rms_norm_eps))},  // shortest float spelling
+                 {"tie_word_embeddings", t.tie_word_embeddings},
+                 {"max_position_embeddings", t.max_position_embeddings}};
+    if (c.vision) {
+        const VisionConfig& v = *c.vision;
+        j["vision"] = {{"depth", v.depth},
+                       {"hidden_size", v.hidden_size},
+                       {"num_heads", v.num_heads},
+                       {"intermediate_size", v.intermediate_size},
+                       {"patch_size", v.patch_size},
+                       {"temporal_patch_size", v.temporal_patch_size},
+                       {"spatial_merge_size", v.spatial_merge_size},
+                       {"num_position_embeddings", v.num_position_embeddings},
+                       {"out_hidden_size", v.out_hidden_size},
+                       {"in_channels", v.in_channels},
+                       {"hidden_act", v.hidden_act}};
+    } else {
+        j["vision"] = nullptr;
+    }
+    if (info.head) {
+        const HeadConfig& h = *info.head;
+        j["head"] = {{"hidden_size", h.hidden_size}, {"width", h.width}, {"routing_layers", h.routing_layers},
+                     {"layers", h.layers},           {"heads", h.heads}, {"feedforward", h.feedforward}};
+    } else {
+        j["head"] = nullptr;
+    }
+
+    json params = json::object();
+    int64_t layer_tensors = 0, total_tensors = 0;
+    for (const ComponentInfo& ci : info.components) {
+        params[ci.key] = {{"tensors", ci.tensors},
+                          {"actual", ci.actual},
+                          {"expected", ci.expected},
+                          {"match", ci.matches()}};
+        total_tensors += ci.tensors;
+        if (ci.key == "linear_attention_layers" || ci.key == "full_attention_layers" ||
+            ci.key == "final_norm")
+            layer_tensors += ci.tensors;
+    }
+    params["backbone_layers"] = {{"tensors", layer_tensors},
+                                 {"actual", info.actual.backbone_layers()},
+                                 {"expected", info.expected.backbone_layers()},
+                                 {"match", info.actual.backbone_layers() == info.expected.backbone_layers()}};
+    params["total"] = {{"tensors", total_tensors},
+                       {"actual", info.actual.total()},
+                       {"expected", info.expected.total()},
+                       {"match", info.actual.total() == info.expected.total()}};
+    j["parameters"] = params;
+    j["counts_match"] = info.counts_match();
+
+    json dtypes = json::object();
+    for (const DTypeTally& d : info.dtypes)
+        dtypes[d.dtype] = {{"tensors", d.tensors}, {"params", d.params}, {"bytes", d.bytes}};
+    j["dtypes"] = dtypes;
+
+    json files = json::array();
+    for (const FileEntry& f : info.files) {
+        json e = {{"name", f.name}, {"role", f.role}, {"bytes", f.bytes}};
+        if (f.tensors >= 0) e["tensors"] = f.tensors;
+        files.push_back(e);
+    }
+    j["files"] = files;
+    j["warnings"] = info.warnings;
+    return j;
+}
+
+}  // namespace clef
