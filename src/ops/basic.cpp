@@ -9,15 +9,21 @@
 
 namespace clef::ops {
 
+namespace {
+// fp32 dot product; the simd reduction lets the compiler keep several partial sums (vectorised).
+inline float dot(const float* a, const float* b, int64_t n) {
+    float acc = 0.f;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t t = 0; t < n; ++t) acc += a[t] * b[t];
+    return acc;
+}
+}  // namespace
+
 void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, const float* bias, float* y) {
 #pragma omp parallel for collapse(2) schedule(static) if (m * n * k > (1 << 16))
     for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) {
-            const float* xr = x + i * k;
-            const float* wr = w + j * k;
-            float acc = 0.f;
-            for (int64_t t = 0; t < k; ++t) acc += xr[t] * wr[t];
-            y[i * n + j] = acc + (bias ? bias[j] : 0.f);
+            y[i * n + j] = dot(x + i * k, w + j * k, k) + (bias ? bias[j] : 0.f);
         }
 }
 
@@ -28,12 +34,7 @@ void linear_bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_
 #pragma omp for schedule(static)
         for (int64_t j = 0; j < n; ++j) {
             for (int64_t t = 0; t < k; ++t) row[t] = bf16_to_f32(w[j * k + t]);
-            for (int64_t i = 0; i < m; ++i) {
-                const float* xr = x + i * k;
-                float acc = 0.f;
-                for (int64_t t = 0; t < k; ++t) acc += xr[t] * row[t];
-                y[i * n + j] = acc + (bias ? bias[j] : 0.f);
-            }
+            for (int64_t i = 0; i < m; ++i) y[i * n + j] = dot(x + i * k, row.data(), k) + (bias ? bias[j] : 0.f);
         }
     }
 }
@@ -130,18 +131,15 @@ void attention(const float* q, int64_t q_stride, const float* k, int64_t k_strid
                 const int g = h / group;
                 const float* qi = q + i * q_stride + h * dh;
                 const int64_t n = causal ? i + 1 : lk;
-                for (int64_t j = 0; j < n; ++j) {
-                    const float* kj = k + j * k_stride + g * dh;
-                    float acc = 0.f;
-                    for (int d = 0; d < dh; ++d) acc += qi[d] * kj[d];
-                    s[j] = acc * scale;
-                }
+                for (int64_t j = 0; j < n; ++j) s[j] = dot(qi, k + j * k_stride + g * dh, dh) * scale;
                 softmax_inplace(s.data(), n);
                 float* o = out + i * out_stride + h * dh;
                 for (int d = 0; d < dh; ++d) o[d] = 0.f;
                 for (int64_t j = 0; j < n; ++j) {
                     const float* vj = v + j * v_stride + g * dh;
-                    for (int d = 0; d < dh; ++d) o[d] += s[j] * vj[d];
+                    const float sj = s[j];
+#pragma omp simd
+                    for (int d = 0; d < dh; ++d) o[d] += sj * vj[d];
                 }
             }
     }
