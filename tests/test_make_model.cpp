@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -22,6 +23,7 @@
 #include "decision/engine.h"
 #include "decision/request.h"
 #include "io/safetensors.h"
+#include "model/backbone.h"
 #include "io/safetensors_writer.h"
 #include "model/config.h"
 #include "model/make_model.h"
@@ -569,6 +571,43 @@ TEST(MakeModel, FlashShapedSizes) {
     EXPECT_LT(total, text + head_bytes + 2 * 100000);  // plus two headers
     opt.vision = true;
     EXPECT_NEAR(static_cast<double>(make_model_weight_bytes(opt) - total), 456010480.0 * 2, 200000.0);
+}
+
+// The scales keep the residual stream O(1) through many layers: 32 layers of the tiny widths, 96 tokens.
+TEST(MakeModel, ActivationsStayOrderOneThroughManyLayers) {
+    MakeModelOptions opt;
+    opt.preset = "tiny";
+    opt.layers = 32;
+    opt.vision = false;
+    const fs::path d = temp().make("tiny_32");
+    make_model(opt, d.string());
+    const ModelConfig cfg = load_model_config((d / "config.json").string());
+    const Checkpoint ck = Checkpoint::open(d.string());
+    const Backbone bb(cfg.text, ck);
+    const int64_t T = 96;
+    std::vector<int32_t> ids(T);
+    for (int64_t i = 0; i < T; ++i) ids[i] = static_cast<int32_t>((i * 37 + 11) % 265);
+    BackboneTrace trace;
+    const std::vector<float> h = bb.forward_embeddings(bb.embed(ids), T, nullptr, {}, &trace);
+    ASSERT_EQ(trace.layers.size(), 32u);
+    auto rms = [](const std::vector<float>& v) {
+        double s = 0;
+        for (float x : v) s += static_cast<double>(x) * x;
+        return std::sqrt(s / static_cast<double>(v.size()));
+    };
+    for (size_t l = 0; l < trace.layers.size(); ++l) {
+        const double out = rms(trace.layers[l].layer_out), mix = rms(trace.layers[l].mixer_out);
+        EXPECT_TRUE(std::isfinite(out)) << "layer " << l;
+        EXPECT_GT(out, 0.5) << "layer " << l;
+        EXPECT_LT(out, 12.0) << "layer " << l;  // ~sqrt(1 + layers * O(1)): grows slowly, never explodes
+        EXPECT_GT(mix, 0.02) << "layer " << l;  // the mixers contribute (nothing vanishes)
+        EXPECT_LT(mix, 5.0) << "layer " << l;
+        if (l == 0 || l == 3 || l == 31)
+            std::printf("layer %2zu: residual rms %.3f, mixer rms %.3f\n", l, out, mix);
+    }
+    const double last = rms(h);
+    EXPECT_GT(last, 0.5);
+    EXPECT_LT(last, 2.0);
 }
 
 // ---------------------------------------------------------------------------------------------------------------

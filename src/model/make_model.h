@@ -20,10 +20,10 @@
 //
 // The bytes are a pure function of (preset, layers, vision, seed): each tensor's values come from its own
 // splitmix64 streams keyed by the seed and the tensor name (blocks of 4096 values, each block its own
-// stream), and normals from a Box-Muller transform with our own log/sin/cos polynomials (no libm, no <random>
-// distributions), so neither the thread count, the block size nor the C++ library changes them. A tensor's
-// values do not depend on which other tensors exist (e.g. --layers or --no-vision leave the others
-// unchanged).
+// stream), and normals from a Box-Muller transform with our own log/sin/cos polynomials and IEEE sqrt (no
+// other libm, no <random> distributions), so neither the thread count, the block size nor the C++ library
+// changes them. A tensor's values do not depend on which other tensors exist (e.g. --layers or --no-vision
+// leave the others unchanged).
 #pragma once
 
 #include <cstddef>
