@@ -2,9 +2,9 @@
 // (huggingface/safetensors): the data section is ordered by dtype (widest first: F32 before BF16 before F16),
 // then by name; the header lists "__metadata__" first and then the tensors in data order, as compact JSON
 // padded with spaces to a multiple of 8 bytes, so every data offset is 8-byte aligned relative to the file.
-// Given the same tensors and metadata (at most one metadata key: the reference keeps several in hash order, we
-// sort them), the output is byte-identical to what `safetensors.torch.save_file` writes; the tests check this
-// on the tiny-clef fixture's files.
+// Given the same tensors and metadata (at most one metadata key: the reference keeps several in hash order,
+// we sort them), the output is byte-identical to what `safetensors.torch.save_file` writes; the tests check
+// this on the tiny-clef fixture's files.
 //
 // Sharded checkpoints follow the Hugging Face publisher layout: model-00001-of-0000N.safetensors plus
 // model.safetensors.index.json ({"metadata": {"total_size": ...}, "weight_map": {name: shard}}).
