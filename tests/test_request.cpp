@@ -122,7 +122,7 @@ TEST(Request, ValidationErrors422) {
 
 TEST(Request, UsageErrors400) {
     std::string many = R"({"model":"m","state":"s","questions":{"q":{"type":"choice","criteria":{)";
-    for (int i = 0; i < 256; ++i) many += (i ? "," : "") + std::string("\"o") + std::to_string(i) + "\":null";
+    for (int i = 0; i < 256; ++i) many += std::string(i ? "," : "") + "\"o" + std::to_string(i) + "\":null";
     many += "}}}}";
     auto p = parse(many);
     ASSERT_FALSE(p.ok);
@@ -130,7 +130,7 @@ TEST(Request, UsageErrors400) {
     EXPECT_EQ(p.errors[0].message, "Too many choices. Must have at most 255 choices.");
     // 255 is fine.
     std::string ok = R"({"model":"m","state":"s","questions":{"q":{"type":"choice","criteria":{)";
-    for (int i = 0; i < 255; ++i) ok += (i ? "," : "") + std::string("\"o") + std::to_string(i) + "\":null";
+    for (int i = 0; i < 255; ++i) ok += std::string(i ? "," : "") + "\"o" + std::to_string(i) + "\":null";
     ok += "}}}}";
     EXPECT_TRUE(parse(ok).ok);
 

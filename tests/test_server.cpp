@@ -203,7 +203,7 @@ TEST(Server, Validation422) {
 
 TEST(Server, Limits400) {
     std::string many = R"({"model":"clef-flash","state":"s","questions":{"q":{"type":"choice","criteria":{)";
-    for (int i = 0; i < 256; ++i) many += (i ? "," : "") + std::string("\"o") + std::to_string(i) + "\":null";
+    for (int i = 0; i < 256; ++i) many += std::string(i ? "," : "") + "\"o" + std::to_string(i) + "\":null";
     many += "}}}}";
     auto r = post(many);
     EXPECT_EQ(r->status, 400);
@@ -214,7 +214,7 @@ TEST(Server, Limits400) {
     EXPECT_EQ(r->body, R"({"detail":"Too many score levels. Must have at most 10 levels."})");
 
     std::string qs = R"({"model":"clef-flash","state":"s","questions":{)";
-    for (int i = 0; i < 65; ++i) qs += (i ? "," : "") + std::string("\"q") + std::to_string(i) + "\":{\"type\":\"noul\"}";
+    for (int i = 0; i < 65; ++i) qs += std::string(i ? "," : "") + "\"q" + std::to_string(i) + "\":{\"type\":\"noul\"}";
     qs += "}}";
     r = post(qs);
     EXPECT_EQ(r->status, 400);
@@ -335,14 +335,17 @@ TEST(Server, Metrics) {
 TEST(Server, StopFinishesInFlightRequests) {
     ServerOptions o = base_options();
     auto s = std::make_unique<Running>(o);
+    const std::string body = fixture_case("basic_mixed").find("request_body")->as_string();
     std::vector<std::thread> clients;
     std::atomic<int> ok{0};
     for (int i = 0; i < 4; ++i)
         clients.emplace_back([&] {
             auto c = s->client();
-            auto r = c.Post("/v1/systemone", fixture_case("basic_mixed").find("request_body")->as_string(),
-                            "application/json");
-            if (r && r->status == 200) ++ok;
+            auto r = c.Post("/v1/systemone", body, "application/json");
+            if (r && r->status == 200)
+                ++ok;
+            else
+                ADD_FAILURE() << (r ? std::to_string(r->status) + " " + r->body : httplib::to_string(r.error()));
         });
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     s.reset();  // stop() + join while requests are in flight
