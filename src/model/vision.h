@@ -1,0 +1,95 @@
+// The Qwen3.5 vision tower and patch merger in plain fp32 (the reference for later fast paths), as
+// transformers' Qwen3_5VisionModel computes it (tests/data/tiny-clef/README.md "Images"):
+//   patch embedding (the Conv3d with kernel = stride as a matrix over patch_dim = C·T·P·P inputs),
+//   + the learned position grid interpolated bilinearly (align_corners) to the image's patch grid,
+//   blocks: x += proj(attn(rope2d(qkv(LN1(x))))), x += fc2(act(fc1(LN2(x)))) with bidirectional attention per
+//   image and frame and a 2-D rotary embedding (row angles | column angles, θ 10000) over the full head_dim,
+//   merger: LN, 2x2 blocks of patch rows concatenated, fc1, exact GELU, fc2 -> out_hidden_size.
+// Rows are patches in the processor's merge-block order throughout.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/config.h"
+
+namespace clef {
+
+// Every stage of one forward pass (names as in tests/data/tiny-clef/vision_probe.json), row-major fp32.
+struct VisionTrace {
+    struct Block {
+        std::vector<float> norm1;      // [N][hidden]
+        std::vector<float> q_rope;     // [N][heads][head_dim], after the rotary embedding
+        std::vector<float> k_rope;     // [N][heads][head_dim]
+        std::vector<float> v;          // [N][heads][head_dim]
+        std::vector<float> attn;       // [N][hidden], heads concatenated, before proj
+        std::vector<float> attn_out;   // [N][hidden], after proj
+        std::vector<float> norm2;      // [N][hidden]
+        std::vector<float> mlp_out;    // [N][hidden], after fc2
+        std::vector<float> block_out;  // [N][hidden], the residual stream after the block
+    };
+    std::vector<float> patch_embed;       // [N][hidden]
+    std::vector<float> pos_embed;         // [N][hidden]
+    std::vector<int32_t> rotary_row_col;  // [N][2]
+    std::vector<float> rotary_cos;        // [N][head_dim]
+    std::vector<float> rotary_sin;        // [N][head_dim]
+    std::vector<float> embeddings;        // [N][hidden], patch_embed + pos_embed
+    std::vector<Block> blocks;
+    std::vector<float> merger_norm;      // [N][hidden]
+    std::vector<float> merger_in;        // [N/m²][m²·hidden]
+    std::vector<float> merger_fc1_gelu;  // [N/m²][m²·hidden]
+    std::vector<float> merged;           // [N/m²][out_hidden]
+};
+
+class VisionTower {
+public:
+    // Reads `prefix`* (default model.visual.) from the checkpoint, converting BF16/F16 to fp32, and checks
+    // every shape against the config (clef::Error naming the tensor).
+    VisionTower(const VisionConfig& cfg, const Checkpoint& ckpt, const std::string& prefix = "model.visual.");
+
+    // Whether the checkpoint holds a vision tower under prefix (its patch embedding).
+    static bool in_checkpoint(const Checkpoint& ckpt, const std::string& prefix = "model.visual.");
+
+    const VisionConfig& config() const { return cfg_; }
+    int patch_dim() const {
+        return cfg_.in_channels * cfg_.temporal_patch_size * cfg_.patch_size * cfg_.patch_size;
+    }
+
+    // One image (or video): pixel_values [grid_t·grid_h·grid_w][patch_dim] in merge-block order; grid_h and
+    // grid_w multiples of spatial_merge_size. Returns [N / merge²][out_hidden_size] (the rows its pad tokens
+    // take).
+    std::vector<float> forward(const float* pixel_values, int grid_t, int grid_h, int grid_w,
+                               VisionTrace* trace = nullptr) const;
+
+    struct Linear {
+        std::vector<float> weight;  // [out][in]
+        std::vector<float> bias;    // [out]
+        int64_t in = 0, out = 0;
+    };
+    // y[rows][out] = x[rows][in] · Wᵀ + b: the one matrix product of the tower (every projection goes through
+    // it), so that a faster path (BF16, oneDNN) can replace it in one place. fp32, OpenMP threads.
+    static void linear(const float* x, int64_t rows, const Linear& l, float* y);
+
+private:
+    struct LayerNormW {
+        std::vector<float> weight, bias;
+    };
+    struct Block {
+        LayerNormW norm1, norm2;
+        Linear qkv, proj, fc1, fc2;
+    };
+
+    VisionConfig cfg_;
+    int head_dim_ = 0;
+    int grid_side_ = 0;  // the learned position grid is grid_side x grid_side
+    bool act_tanh_ = true;
+    Linear patch_embed_;
+    std::vector<float> pos_embed_;  // [num_position_embeddings][hidden]
+    std::vector<Block> blocks_;
+    LayerNormW merger_norm_;
+    Linear merger_fc1_, merger_fc2_;
+};
+
+}  // namespace clef

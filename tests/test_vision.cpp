@@ -1,0 +1,218 @@
+// The vision tower and merger against the float64 reference (tests/data/tiny-clef): vision_probe.json stage
+// by stage (patch embedding, interpolated position embedding, 2-D rotary tables, every block's internals,
+// merger), and every image's merger output in image_cases.json, within 1e-4.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "image/base64.h"
+#include "image/decode.h"
+#include "image/preprocess.h"
+#include "image/sha256.h"
+#include "image/source.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/vision.h"
+#include "util/json.h"
+
+using namespace clef;
+
+namespace {
+
+const std::string kModel = std::string(CLEF_TEST_DATA) + "/tiny-clef";
+constexpr double kTol = 1e-4;
+
+std::string read_file(const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    if (!f) throw std::runtime_error("cannot open " + p);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+const JsonValue& image_cases() {
+    static const JsonValue doc =
+        parse_json_or_throw(read_file(kModel + "/image_cases.json"), "image_cases.json");
+    return *doc.find("cases");
+}
+
+const JsonValue& probe() {
+    static const JsonValue doc =
+        parse_json_or_throw(read_file(kModel + "/vision_probe.json"), "vision_probe.json");
+    return doc;
+}
+
+const ImageProcessorConfig& processor() {
+    static const ImageProcessorConfig c = load_image_processor_config(kModel + "/processor_config.json");
+    return c;
+}
+
+const VisionTower& tower() {
+    static const ModelConfig cfg = load_model_config(kModel + "/config.json");
+    static const Checkpoint ckpt = Checkpoint::open(kModel + "/model.safetensors");
+    static const VisionTower t(*cfg.vision, ckpt);
+    return t;
+}
+
+void flatten(const JsonValue& v, std::vector<double>& out) {
+    if (v.is_array()) {
+        for (const auto& x : v.items()) flatten(x, out);
+    } else {
+        out.push_back(v.as_double());
+    }
+}
+
+// Max |got - want| over a nested list; sizes must agree.
+double max_diff(const std::vector<float>& got, const JsonValue& want, const std::string& what) {
+    std::vector<double> w;
+    flatten(want, w);
+    EXPECT_EQ(got.size(), w.size()) << what;
+    if (got.size() != w.size()) return INFINITY;
+    double m = 0;
+    for (size_t i = 0; i < w.size(); ++i) m = std::max(m, std::abs(static_cast<double>(got[i]) - w[i]));
+    return m;
+}
+
+// The processor output for the image `item` of a request (as a client sends it).
+ProcessedImage process_request_image(const JsonValue& item) {
+    const ImageSource src = parse_image_source(item);
+    return process_image(decode_image(src.bytes).rgb, processor());
+}
+
+}  // namespace
+
+TEST(Vision, LoadsAndValidates) {
+    const VisionTower& t = tower();
+    EXPECT_EQ(t.patch_dim(), 1536);
+    EXPECT_EQ(t.config().depth, 2);
+    const Checkpoint ckpt = Checkpoint::open(kModel + "/model.safetensors");
+    EXPECT_TRUE(VisionTower::in_checkpoint(ckpt));
+    EXPECT_FALSE(VisionTower::in_checkpoint(ckpt, "model.vision."));
+    VisionConfig bad = t.config();
+    bad.intermediate_size = 50;
+    try {
+        VisionTower v(bad, ckpt);
+        ADD_FAILURE() << "expected a shape error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("blocks.0.mlp.linear_fc1.weight"), std::string::npos)
+            << e.what();
+    }
+    bad = t.config();
+    bad.hidden_act = "relu";
+    EXPECT_THROW(VisionTower(bad, ckpt), Error);
+    std::vector<float> pv(16 * 1536, 0.f);
+    EXPECT_THROW(t.forward(pv.data(), 1, 4, 3, nullptr), Error);  // 3 columns: not whole 2x2 blocks
+}
+
+TEST(Vision, LinearMatchesTheReferenceProduct) {
+    // Odd sizes exercise every remainder path of the tiled kernel.
+    for (auto [m, k, n] :
+         std::vector<std::tuple<int, int, int>>{{1, 3, 1}, {7, 33, 5}, {70, 129, 67}, {9, 1536, 130}}) {
+        VisionTower::Linear l;
+        l.in = k;
+        l.out = n;
+        l.weight.resize(static_cast<size_t>(n) * k);
+        l.bias.resize(static_cast<size_t>(n));
+        std::vector<float> x(static_cast<size_t>(m) * k), y(static_cast<size_t>(m) * n);
+        for (size_t i = 0; i < l.weight.size(); ++i) l.weight[i] = std::sin(0.37f * static_cast<float>(i));
+        for (size_t i = 0; i < l.bias.size(); ++i) l.bias[i] = 0.1f * static_cast<float>(i % 7);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.11f * static_cast<float>(i));
+        VisionTower::linear(x.data(), m, l, y.data());
+        for (int i = 0; i < m; ++i)
+            for (int j = 0; j < n; ++j) {
+                double want = l.bias[j];
+                for (int t = 0; t < k; ++t)
+                    want += static_cast<double>(x[static_cast<size_t>(i) * k + t]) *
+                            l.weight[static_cast<size_t>(j) * k + t];
+                ASSERT_NEAR(y[static_cast<size_t>(i) * n + j], want, 1e-4 * std::sqrt(k))
+                    << m << "x" << k << "x" << n;
+            }
+    }
+}
+
+TEST(Vision, ProbeStageByStage) {
+    const JsonValue& pr = probe();
+    const std::string case_name = pr.find("case")->as_string();
+    const size_t image_index = static_cast<size_t>(pr.find("image_index")->as_int64());
+    const JsonValue* request = nullptr;
+    for (const auto& c : image_cases().items())
+        if (c.find("name")->as_string() == case_name) request = c.find("request");
+    ASSERT_NE(request, nullptr);
+    const ProcessedImage img = process_request_image(request->find("images")->items()[image_index]);
+    const auto& grid = pr.find("grid_thw")->items();
+    ASSERT_EQ(img.grid_t, grid[0].as_int64());
+    ASSERT_EQ(img.grid_h, grid[1].as_int64());
+    ASSERT_EQ(img.grid_w, grid[2].as_int64());
+    const std::vector<float> pv = pixel_values(img, processor());
+    EXPECT_EQ(sha256_hex(pv.data(), pv.size() * sizeof(float)),
+              pr.find("pixel_values_sha256_f32le")->as_string());
+
+    VisionTrace tr;
+    const std::vector<float> out = tower().forward(pv.data(), img.grid_t, img.grid_h, img.grid_w, &tr);
+    auto check = [&](const std::vector<float>& got, const JsonValue& want, const std::string& what) {
+        const double d = max_diff(got, want, what);
+        EXPECT_LE(d, kTol) << what;
+        std::printf("  %-26s max |diff| %.3g\n", what.c_str(), d);
+    };
+    check(tr.patch_embed, *pr.find("patch_embed"), "patch_embed");
+    check(tr.pos_embed, *pr.find("pos_embed"), "pos_embed");
+    std::vector<double> rc;
+    flatten(*pr.find("rotary_row_col"), rc);
+    ASSERT_EQ(rc.size(), tr.rotary_row_col.size());
+    for (size_t i = 0; i < rc.size(); ++i) EXPECT_EQ(tr.rotary_row_col[i], static_cast<int32_t>(rc[i])) << i;
+    check(tr.rotary_cos, *pr.find("rotary_cos"), "rotary_cos");
+    check(tr.rotary_sin, *pr.find("rotary_sin"), "rotary_sin");
+    check(tr.embeddings, *pr.find("embeddings"), "embeddings");
+    const auto& blocks = pr.find("blocks")->items();
+    ASSERT_EQ(blocks.size(), tr.blocks.size());
+    for (size_t l = 0; l < blocks.size(); ++l) {
+        const VisionTrace::Block& b = tr.blocks[l];
+        const std::string p = "blocks." + std::to_string(l) + ".";
+        check(b.norm1, *blocks[l].find("norm1"), p + "norm1");
+        check(b.q_rope, *blocks[l].find("q_rope"), p + "q_rope");
+        check(b.k_rope, *blocks[l].find("k_rope"), p + "k_rope");
+        check(b.v, *blocks[l].find("v"), p + "v");
+        check(b.attn, *blocks[l].find("attn"), p + "attn");
+        check(b.attn_out, *blocks[l].find("attn_out"), p + "attn_out");
+        check(b.norm2, *blocks[l].find("norm2"), p + "norm2");
+        check(b.mlp_out, *blocks[l].find("mlp_out"), p + "mlp_out");
+        check(b.block_out, *blocks[l].find("block_out"), p + "block_out");
+    }
+    check(tr.merger_norm, *pr.find("merger_norm"), "merger_norm");
+    check(tr.merger_in, *pr.find("merger_in"), "merger_in");
+    check(tr.merger_fc1_gelu, *pr.find("merger_fc1_gelu"), "merger_fc1_gelu");
+    check(tr.merged, *pr.find("merged"), "merged");
+    EXPECT_EQ(out, tr.merged);
+}
+
+TEST(Vision, EveryImageOutputWithinTolerance) {
+    int n = 0;
+    double worst = 0;
+    for (const auto& c : image_cases().items()) {
+        const JsonValue* imgs = c.find("images");
+        if (!imgs) continue;
+        const auto& req_images = c.find("request")->find("images")->items();
+        for (const auto& im : imgs->items()) {
+            const std::string what = c.find("name")->as_string() + " " + im.find("file")->as_string();
+            const ProcessedImage img =
+                process_request_image(req_images[static_cast<size_t>(im.find("index")->as_int64())]);
+            const std::vector<float> pv = pixel_values(img, processor());
+            EXPECT_EQ(sha256_hex(pv.data(), pv.size() * sizeof(float)),
+                      im.find("pixel_values")->find("sha256_f32le")->as_string())
+                << what;
+            const std::vector<float> out = tower().forward(pv.data(), img.grid_t, img.grid_h, img.grid_w);
+            EXPECT_EQ(static_cast<int64_t>(out.size()), im.find("num_image_tokens")->as_int64() * 64) << what;
+            const double d = max_diff(out, *im.find("vision_output"), what);
+            EXPECT_LE(d, kTol) << what;
+            std::printf("  %-50s vision_output max |diff| %.3g\n", what.c_str(), d);
+            worst = std::max(worst, d);
+            ++n;
+        }
+    }
+    EXPECT_EQ(n, 7);
+    std::printf("  worst vision_output max |diff| over %d images: %.3g\n", n, worst);
+}
