@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "decision/engine.h"
 #include "model/make_model.h"
+#include "model/vision.h"
 #include "server/server.h"
 #include "util/error.h"
 
@@ -109,6 +110,13 @@ void run_serve(ServeArgs a, ServerOptions opt) {
         opt.model_name = a.name.empty() ? (base.empty() ? "clef" : base) : a.name;
         if (opt.description.empty())
             opt.description = "Clef decision model served by clef.cpp from " + a.model + ".";
+    }
+
+    // /v1/models lists "vision" when the model has a vision tower (its config and its weights). Any problem
+    // here is left to the loader, which reports it through /ready.
+    try {
+        if (VisionTower::in_model_dir(model_dir)) opt.capabilities.push_back("vision");
+    } catch (const std::exception&) {
     }
 
     // SIGINT/SIGTERM are taken by a dedicated thread (blocked everywhere else) that stops the server gracefully.

@@ -1,8 +1,10 @@
 #include "decision/engine.h"
 
+#include "decision/media.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
 #include "model/head.h"
+#include "model/vision.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -30,14 +32,69 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_dir) {
         lm_head = e->weights_->find(e->backbone_->prefix() + "embed_tokens.weight");
     if (!lm_head) throw Error(e->weights_->description() + ": missing tensor lm_head.weight (the head's lexical table)");
     e->head_ = std::make_unique<JointHead>(e->head_config_, *e->head_file_, *lm_head);
+    if (e->config_.vision && VisionTower::in_checkpoint(*e->weights_))
+        e->load_vision(dir.processor_config_path);
     return e;
+}
+
+void Engine::load_vision(const std::string& processor_config_path) {
+    const VisionConfig& vc = *config_.vision;
+    if (!processor_config_path.empty()) {
+        image_processor_ = load_image_processor_config(processor_config_path);
+    } else {  // Clef-Flash's published image processor
+        image_processor_.min_pixels = 65536;
+        image_processor_.max_pixels = 16777216;
+        image_processor_.patch_size = vc.patch_size;
+        image_processor_.merge_size = vc.spatial_merge_size;
+        image_processor_.temporal_patch_size = vc.temporal_patch_size;
+        image_processor_.image_mean = {0.5, 0.5, 0.5};
+        image_processor_.image_std = {0.5, 0.5, 0.5};
+    }
+    const ImageProcessorConfig& ip = image_processor_;
+    if (ip.patch_size != vc.patch_size || ip.merge_size != vc.spatial_merge_size ||
+        ip.temporal_patch_size != vc.temporal_patch_size || vc.in_channels != 3)
+        throw Error(
+            (processor_config_path.empty() ? std::string("image processor") : processor_config_path) +
+            ": patch_size / merge_size / temporal_patch_size do not match config.json's vision_config");
+    image_token_id_ =
+        config_.image_token_id >= 0 ? config_.image_token_id : tokenizer_->token_to_id("<|image_pad|>");
+    for (const char* t : {"<|vision_start|>", "<|image_pad|>", "<|vision_end|>"})
+        if (tokenizer_->token_to_id(t) < 0)
+            throw Error(std::string("the tokenizer has no ") + t + " token, which images need");
+    if (tokenizer_->token_to_id("<|image_pad|>") != image_token_id_)
+        throw Error("config.json image_token_id " + std::to_string(image_token_id_) +
+                    " is not the tokenizer's <|image_pad|>");
+    vision_ = std::make_unique<VisionTower>(vc, *weights_);
 }
 
 Engine::Prepared Engine::prepare(DecisionRequest req, const DecideOptions& opt) const {
     Prepared p;
     PromptOptions popt;
     popt.max_length = opt.max_length;
+    popt.keep_segments = opt.keep_segments;
+    MediaBlock media;
+    if (!req.decoded_images.empty()) {
+        if (!vision_) throw ImageError("images are not supported: this model has no vision tower");
+        for (size_t i = 0; i < req.decoded_images.size(); ++i) {
+            try {
+                p.images.push_back(process_image(req.decoded_images[i].rgb, image_processor_));
+            } catch (const ImageError& e) {
+                throw ImageError("images[" + std::to_string(i) + "]: " + e.what());
+            }
+        }
+        media = build_media_block(*tokenizer_, p.images);
+        popt.media = &media;
+    }
     p.prompt = encode_prompt(*tokenizer_, req, popt);
+    if (!p.images.empty()) {
+        int64_t features = 0;
+        for (const auto& img : p.images) features += img.num_tokens();
+        check_image_tokens(p.prompt.input_ids, image_token_id_, features);
+        p.mm_token_type_ids = media_token_type_ids(p.prompt, media, image_token_id_);
+        p.position_ids = mrope_position_ids(p.mm_token_type_ids, p.images, &p.rope_delta);
+        req.decoded_images.clear();  // the resized images are all run() needs
+        req.decoded_images.shrink_to_fit();
+    }
     p.request = std::move(req);
     return p;
 }
@@ -64,7 +121,20 @@ Decision Engine::run(const Prepared& p, const DecideOptions& opt, bool keep_hidd
         hq.push_back(std::move(h));
     }
 
-    std::vector<float> hidden = backbone_->forward(ids, opt.backbone);
+    std::vector<float> hidden;
+    if (p.images.empty()) {
+        hidden = backbone_->forward(ids, opt.backbone);
+    } else {
+        // Text embeddings, then the pads' rows replaced by the vision tower's output, then MRoPE positions.
+        std::vector<std::vector<float>> features;
+        for (const ProcessedImage& img : p.images) {
+            const std::vector<float> pv = pixel_values(img, image_processor_);
+            features.push_back(vision_->forward(pv.data(), img.grid_t, img.grid_h, img.grid_w));
+        }
+        std::vector<float> x = backbone_->embed(ids);
+        substitute_image_embeddings(x, backbone_->config().hidden_size, p.mm_token_type_ids, features);
+        hidden = backbone_->forward_embeddings(x, T, p.position_ids.data(), opt.backbone);
+    }
     d.logits = head_->logits(hidden.data(), T, ids, hq);
     if (keep_hidden) d.last_hidden_state = std::move(hidden);
 

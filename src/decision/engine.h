@@ -10,6 +10,7 @@
 #include "decision/answer.h"
 #include "decision/prompt.h"
 #include "decision/request.h"
+#include "image/preprocess.h"
 #include "model/backbone.h"
 #include "model/config.h"
 #include "util/json.h"
@@ -20,12 +21,14 @@ class Tokenizer;
 class JointHead;
 class Checkpoint;
 class SafetensorsFile;
+class VisionTower;
 
 struct DecideOptions {
     int max_length = 16384;
     bool debug = false;  // add the "debug" object to the response
     AnswerOptions answers;
     BackboneOptions backbone;
+    bool keep_segments = false;  // fill the prompt's segments (debugging and tests)
 };
 
 struct Decision {
@@ -47,6 +50,9 @@ public:
     const ModelConfig& config() const { return config_; }
     const Backbone& backbone() const { return *backbone_; }
     const JointHead& head() const { return *head_; }
+    // The vision tower, or nullptr when the model has none (then requests with images are refused).
+    const VisionTower* vision() const { return vision_.get(); }
+    const ImageProcessorConfig& image_processor() const { return image_processor_; }
 
     // Encodes and runs one request: run(prepare(...)). Throws PromptTooLong when the schema does not fit
     // max_length, clef::Error for other failures (e.g. non-finite model output).
@@ -54,15 +60,23 @@ public:
 
     // The two halves of decide(): prepare() validates against the model and encodes the prompt (cheap; the
     // server runs it on its HTTP threads), run() does the prefill, the head and the answers (the worker).
+    // With images, prepare() also resizes them; it throws clef::ImageError (a client error: 400 in the
+    // server) for an image size the processor refuses and for a literal <|image_pad|> in the text
+    // (ImageTokenMismatch).
     struct Prepared {
         DecisionRequest request;
         EncodedPrompt prompt;
+        std::vector<ProcessedImage> images;      // resized, in request order (empty without images)
+        std::vector<int32_t> mm_token_type_ids;  // [T], 1 on image pads (empty without images)
+        std::vector<int32_t> position_ids;       // [3][T] MRoPE (t, h, w) (empty without images: 0..T-1)
+        int rope_delta = 0;
     };
     Prepared prepare(DecisionRequest req, const DecideOptions& opt = {}) const;
     Decision run(const Prepared& p, const DecideOptions& opt = {}, bool keep_hidden = false) const;
 
 private:
     Engine() = default;
+    void load_vision(const std::string& processor_config_path);
     ModelConfig config_;
     HeadConfig head_config_;
     std::unique_ptr<Tokenizer> tokenizer_;
@@ -70,6 +84,9 @@ private:
     std::unique_ptr<SafetensorsFile> head_file_;
     std::unique_ptr<Backbone> backbone_;
     std::unique_ptr<JointHead> head_;
+    std::unique_ptr<VisionTower> vision_;
+    ImageProcessorConfig image_processor_;
+    int32_t image_token_id_ = -1;
 };
 
 }  // namespace clef

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "image/source.h"
+
 namespace clef {
 
 const char* question_type_name(QuestionType t) {
@@ -29,6 +31,14 @@ struct Validator {
     bool usage(std::string msg) {
         errors.clear();
         errors.push_back({RequestErrorKind::Usage, "usage", {JsonValue::string("body")}, std::move(msg)});
+        return false;
+    }
+    bool api_usage(std::string field, std::string msg) {
+        errors.clear();
+        errors.push_back({RequestErrorKind::ApiUsage,
+                          "api_usage_error",
+                          {JsonValue::string("body"), JsonValue::string(std::move(field))},
+                          std::move(msg)});
         return false;
     }
 };
@@ -199,6 +209,15 @@ bool parse_request(const JsonValue& body, DecisionRequest& out, std::vector<Requ
         req.questions.push_back(std::move(q));
     }
     if (!errors.empty()) return false;
+    // Media last (400 api_usage_error): the images are decoded here, so every bad image is a validation
+    // error.
+    if (!req.videos.is_null() && !(req.videos.is_array() && req.videos.items().empty()))
+        return v.api_usage("videos", "videos are not supported yet; send still images in `images`");
+    try {
+        req.decoded_images = decode_image_sources(req.images, limits.images);
+    } catch (const ImageError& e) {
+        return v.api_usage("images", e.what());
+    }
     out = std::move(req);
     return true;
 }
@@ -215,7 +234,8 @@ std::string describe_errors(const std::vector<RequestError>& errors) {
         // Messages that already name their question ("<id>: ...") are printed as they are.
         const bool names_question =
             e.loc.size() > 2 && e.loc[2].is_string() && e.message.rfind(e.loc[2].as_string() + ":", 0) == 0;
-        if (e.kind == RequestErrorKind::Usage || loc.empty() || names_question)
+        if (e.kind == RequestErrorKind::Usage || e.kind == RequestErrorKind::ApiUsage || loc.empty() ||
+            names_question)
             s += e.message;
         else
             s += loc + ": " + e.message;

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "image/decode.h"
+#include "image/image.h"
 #include "util/json.h"
 
 namespace clef {
@@ -35,12 +37,14 @@ struct DecisionRequest {
     std::vector<Question> questions;  // request order
     JsonValue images;                 // null when absent
     JsonValue videos;                 // null when absent
+    std::vector<DecodedImage> decoded_images;  // `images` decoded (RGB, EXIF orientation applied), in order
 };
 
 // How a rejected request maps onto the System One error shapes (the server picks status and body from this).
 enum class RequestErrorKind {
     Validation,  // 422, Pydantic-style list item {type, loc, msg}
     Usage,       // 400, {"detail": "<message>"}
+    ApiUsage,  // 400, {"detail": {"error_type": "api_usage_error", "message": "<message>"}} (images, videos)
 };
 
 struct RequestError {
@@ -54,6 +58,7 @@ struct RequestLimits {
     size_t max_questions = 64;
     size_t max_options = 255;  // choice
     size_t max_levels = 10;    // score
+    ImageLimits images;        // count, bytes and pixels of `images`
 };
 
 // Parses a request body. Returns true on success; otherwise fills `errors` (all 422 items found, or the

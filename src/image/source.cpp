@@ -138,4 +138,18 @@ std::vector<ImageSource> parse_image_sources(const JsonValue& images, const Imag
     return out;
 }
 
+std::vector<DecodedImage> decode_image_sources(const JsonValue& images, const ImageLimits& limits) {
+    const std::vector<ImageSource> sources = parse_image_sources(images, limits);
+    std::vector<DecodedImage> out;
+    out.reserve(sources.size());
+    for (size_t i = 0; i < sources.size(); ++i) {
+        try {
+            out.push_back(decode_image(sources[i].bytes, limits));
+        } catch (const ImageError& e) {
+            throw ImageError("images[" + std::to_string(i) + "]: " + e.what());
+        }
+    }
+    return out;
+}
+
 }  // namespace clef

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "image/decode.h"
 #include "image/image.h"
 #include "util/json.h"
 
@@ -31,5 +32,9 @@ ImageSource parse_image_source(const JsonValue& item, const ImageLimits& limits 
 // limits.max_images items whose bytes total at most limits.max_total_bytes. Errors are ImageError with
 // messages starting "images: " or "images[i]: ".
 std::vector<ImageSource> parse_image_sources(const JsonValue& images, const ImageLimits& limits = {});
+
+// parse_image_sources, then decode_image on each (EXIF orientation applied); errors name the image
+// ("images[i]: ...").
+std::vector<DecodedImage> decode_image_sources(const JsonValue& images, const ImageLimits& limits = {});
 
 }  // namespace clef

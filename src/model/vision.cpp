@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "io/model_dir.h"
 #include "ops/basic.h"
 #include "ops/rope.h"
 #include "util/error.h"
@@ -133,6 +134,12 @@ void VisionTower::linear(const float* x, int64_t rows, const Linear& l, float* y
 
 bool VisionTower::in_checkpoint(const Checkpoint& ckpt, const std::string& prefix) {
     return ckpt.find(prefix + "patch_embed.proj.weight") != nullptr;
+}
+
+bool VisionTower::in_model_dir(const std::string& model_dir) {
+    const ModelDir dir = locate_model_dir(model_dir);
+    return load_model_config(dir.config_path).vision.has_value() &&
+           in_checkpoint(Checkpoint::open(dir.weights_path));
 }
 
 VisionTower::VisionTower(const VisionConfig& cfg, const Checkpoint& ckpt, const std::string& prefix)

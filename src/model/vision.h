@@ -51,6 +51,9 @@ public:
 
     // Whether the checkpoint holds a vision tower under prefix (its patch embedding).
     static bool in_checkpoint(const Checkpoint& ckpt, const std::string& prefix = "model.visual.");
+    // Whether a model directory has a vision tower: a vision_config in config.json and the tower's weights.
+    // Throws clef::Error when the directory, its config or its weights cannot be read.
+    static bool in_model_dir(const std::string& model_dir);
 
     const VisionConfig& config() const { return cfg_; }
     int patch_dim() const {

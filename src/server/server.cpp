@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "decision/engine.h"
+#include "image/image.h"
 #include "server/metrics.h"
 #include "server/peer.h"
 #include "util/error.h"
@@ -328,21 +329,14 @@ void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Respon
     if (!parse_request(body, dreq, errors, opt.limits)) {
         if (!errors.empty() && errors[0].kind == RequestErrorKind::Usage)
             respond(res, 400, detail_string(errors[0].message));
+        else if (!errors.empty() && errors[0].kind == RequestErrorKind::ApiUsage)
+            respond(res, 400, detail_object("api_usage_error", errors[0].message));
         else
             respond(res, 422, validation_body(errors));
         return;
     }
     if (!known_model(dreq.model)) {
         respond(res, 400, detail_object("api_usage_error", "Unknown model: " + dreq.model));
-        return;
-    }
-    if ((dreq.images.is_array() && !dreq.images.items().empty()) ||
-        (!dreq.images.is_null() && !dreq.images.is_array())) {
-        respond(res, 400, detail_object("api_usage_error", "images are not supported by this server yet."));
-        return;
-    }
-    if (!dreq.videos.is_null() && !(dreq.videos.is_array() && dreq.videos.items().empty())) {
-        respond(res, 400, detail_object("api_usage_error", "videos are not supported."));
         return;
     }
     dreq.model = opt.model_name;
@@ -354,6 +348,9 @@ void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Respon
         job->prepared = engine->prepare(std::move(dreq), dopt);
     } catch (const PromptTooLong& e) {
         respond(res, 400, detail_object("max_tokens_exceeded", e.what()));
+        return;
+    } catch (const ImageError& e) {  // an image the processor refuses, or a literal <|image_pad|> in the text
+        respond(res, 400, detail_object("api_usage_error", e.what()));
         return;
     }
     job->remote_addr = req.remote_addr;
