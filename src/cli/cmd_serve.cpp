@@ -72,6 +72,15 @@ struct TempDir {
 };
 
 void run_serve(ServeArgs a, ServerOptions opt) {
+    // SIGINT/SIGTERM are taken by a dedicated thread that stops the server gracefully. They are blocked first,
+    // before any other thread exists (OpenMP workers included), so that every thread inherits the mask.
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+
     if (a.model.empty() && !a.demo) throw Error(kNoModelHelp);
     if (!a.model.empty() && a.demo) throw Error("--model and --demo exclude each other");
     if (!parse_confidence_convention(a.confidence, opt.answers.confidence))
@@ -119,13 +128,6 @@ void run_serve(ServeArgs a, ServerOptions opt) {
     } catch (const std::exception&) {
     }
 
-    // SIGINT/SIGTERM are taken by a dedicated thread (blocked everywhere else) that stops the server gracefully.
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    std::signal(SIGPIPE, SIG_IGN);
 
     Server server(opt, [model_dir] { return Engine::load(model_dir); });
     if (!server.bind()) throw Error(server.error());
