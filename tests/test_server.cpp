@@ -2,6 +2,11 @@
 // exact status and body shape (shared/reference/systemone-api.md §4), auth, limits, metrics, graceful stop.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <httplib.h>
 
 #include <chrono>
@@ -360,4 +365,61 @@ TEST(Server, LoadFailureIsReported) {
     ASSERT_TRUE(s.bind());
     EXPECT_FALSE(s.run());
     EXPECT_NE(s.error().find("/nonexistent/model"), std::string::npos) << s.error();
+}
+
+// A queued decision whose client has gone away is dropped before it runs (clef_dropped_total counts it).
+TEST(Server, DropsRequestsWhoseClientLeft) {
+    ServerOptions o = base_options();
+    Running s(o);
+    const std::string long_body = fixture_case("choice_1_and_40_options").find("request_body")->as_string();
+    std::thread busy([&] {
+        auto c = s.client();
+        auto r = c.Post("/v1/systemone", long_body, "application/json");
+        EXPECT_TRUE(r && r->status == 200);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    // A second request on a raw socket, closed right after sending: it waits behind the first one.
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(s.server().port()));
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    std::string req = "POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                      std::to_string(std::string(kOk).size()) + "\r\n\r\n" + kOk;
+    ASSERT_EQ(send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    close(fd);
+    busy.join();
+    // Give the worker a moment to pick up (and drop) the abandoned decision.
+    std::string metrics;
+    for (int i = 0; i < 200; ++i) {
+        metrics = s.client().Get("/metrics")->body;
+        if (metrics.find("clef_dropped_total 1") != std::string::npos) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_NE(metrics.find("clef_dropped_total 1"), std::string::npos) << metrics;
+}
+
+TEST(Server, RequestTimeout504) {
+    ServerOptions o = base_options();
+    o.request_timeout_s = 0.001;
+    Running s(o);
+    auto c = s.client();
+    auto r = c.Post("/v1/systemone", fixture_case("basic_mixed").find("request_body")->as_string(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 504);
+    EXPECT_EQ(detail_type(body_of(r)), "timeout");
+}
+
+TEST(Server, CliWithoutModelExplainsWhatToDo) {
+    std::string out;
+    FILE* p = popen((std::string(CLEF_BINARY) + " serve 2>&1").c_str(), "r");
+    char buf[512];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    int status = pclose(p);
+    EXPECT_EQ(WEXITSTATUS(status), 2);
+    EXPECT_NE(out.find("Cloudflare/clef-flash"), std::string::npos) << out;
+    EXPECT_NE(out.find("clef serve --demo"), std::string::npos) << out;
 }
