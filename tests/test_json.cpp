@@ -4,11 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "util/error.h"
+#include "test_util.h"
 #include "util/json.h"
 
 using clef::JsonValue;
@@ -18,12 +17,6 @@ namespace {
 JsonValue parse(std::string_view s) { return clef::parse_json_or_throw(s, "test"); }
 std::string render(std::string_view s) { return clef::render_python(parse(s)); }
 
-std::string read_file(const std::string& p) {
-    std::ifstream f(p, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
 
 }  // namespace
 
@@ -115,9 +108,8 @@ TEST(JsonParse, DepthLimitWithoutRecursion) {
 // The reference rendered the state of case json_state_rendering; our rendering of the parsed request_body must
 // reproduce that text byte for byte.
 TEST(JsonRender, FixtureStateRendering) {
-    JsonValue doc = parse(read_file(std::string(CLEF_TEST_DATA) + "/tiny-clef/cases.json"));
     int checked = 0;
-    for (const auto& c : doc.find("cases")->items()) {
+    for (const auto& c : clef::testing::tiny_cases().items()) {
         if (c.find("expected_error") || !c.find("segments")) continue;
         JsonValue req = parse(c.find("request_body")->as_string());
         const JsonValue* state = req.find("state");

@@ -10,34 +10,20 @@
 #include <httplib.h>
 
 #include <chrono>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <thread>
 
 #include "decision/engine.h"
 #include "server/server.h"
+#include "test_util.h"
 #include "util/json.h"
 
 using namespace clef;
 
 namespace {
 
-const std::string kModel = std::string(CLEF_TEST_DATA) + "/tiny-clef";
-
-std::string read_file(const std::string& p) {
-    std::ifstream f(p, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
-const JsonValue& fixture_case(const std::string& name) {
-    static const JsonValue doc = parse_json_or_throw(read_file(kModel + "/cases.json"), "cases.json");
-    for (const auto& c : doc.find("cases")->items())
-        if (c.find("name")->as_string() == name) return c;
-    throw std::runtime_error("no case " + name);
-}
+const std::string kModel = clef::testing::data_path("tiny-clef");
+using clef::testing::tiny_case;
 
 class Running {
 public:
@@ -117,7 +103,7 @@ TEST(Server, HealthReadyAndRequestIds) {
 }
 
 TEST(Server, AnswersLikeTheReference) {
-    const JsonValue& c = fixture_case("basic_mixed");
+    const JsonValue& c = tiny_case("basic_mixed");
     auto r = post(c.find("request_body")->as_string());
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
@@ -243,7 +229,7 @@ TEST(Server, MaxTokensExceeded) {
     o.max_tokens = 300;
     Running s(o);
     auto c = s.client();
-    auto r = c.Post("/v1/systemone", fixture_case("schema_exceeds_max_length").find("request_body")->as_string(),
+    auto r = c.Post("/v1/systemone", tiny_case("schema_exceeds_max_length").find("request_body")->as_string(),
                     "application/json");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 400);
@@ -252,7 +238,7 @@ TEST(Server, MaxTokensExceeded) {
     EXPECT_EQ(b.find("detail")->find("message")->as_string(),
               "schema requires 746 tokens before state; maximum is 300");
     // A long state is cut to fit instead.
-    r = c.Post("/v1/systemone", fixture_case("long_state_truncated").find("request_body")->as_string(),
+    r = c.Post("/v1/systemone", tiny_case("long_state_truncated").find("request_body")->as_string(),
                "application/json");
     EXPECT_EQ(r->status, 400);  // its schema alone is longer than 300 too
 }
@@ -340,7 +326,7 @@ TEST(Server, Metrics) {
 TEST(Server, StopFinishesInFlightRequests) {
     ServerOptions o = base_options();
     auto s = std::make_unique<Running>(o);
-    const std::string body = fixture_case("basic_mixed").find("request_body")->as_string();
+    const std::string body = tiny_case("basic_mixed").find("request_body")->as_string();
     std::vector<std::thread> clients;
     std::atomic<int> ok{0};
     for (int i = 0; i < 4; ++i)
@@ -371,7 +357,7 @@ TEST(Server, LoadFailureIsReported) {
 TEST(Server, DropsRequestsWhoseClientLeft) {
     ServerOptions o = base_options();
     Running s(o);
-    const std::string long_body = fixture_case("choice_1_and_40_options").find("request_body")->as_string();
+    const std::string long_body = tiny_case("choice_1_and_40_options").find("request_body")->as_string();
     std::thread busy([&] {
         auto c = s.client();
         auto r = c.Post("/v1/systemone", long_body, "application/json");
@@ -406,19 +392,15 @@ TEST(Server, RequestTimeout504) {
     o.request_timeout_s = 0.001;
     Running s(o);
     auto c = s.client();
-    auto r = c.Post("/v1/systemone", fixture_case("basic_mixed").find("request_body")->as_string(), "application/json");
+    auto r = c.Post("/v1/systemone", tiny_case("basic_mixed").find("request_body")->as_string(), "application/json");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 504);
     EXPECT_EQ(detail_type(body_of(r)), "timeout");
 }
 
 TEST(Server, CliWithoutModelExplainsWhatToDo) {
-    std::string out;
-    FILE* p = popen((std::string(CLEF_BINARY) + " serve 2>&1").c_str(), "r");
-    char buf[512];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    int status = pclose(p);
+    int status = 0;
+    std::string out = clef::testing::run_command(std::string(CLEF_BINARY) + " serve 2>&1", status);
     EXPECT_EQ(WEXITSTATUS(status), 2);
     EXPECT_NE(out.find("Cloudflare/clef-flash"), std::string::npos) << out;
     EXPECT_NE(out.find("clef serve --demo"), std::string::npos) << out;

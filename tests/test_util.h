@@ -1,0 +1,75 @@
+// Helpers shared by the test programs: test data paths, file reading, the tiny-clef fixture cases, structural JSON
+// comparison with a numeric tolerance, and running the clef binary.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "util/json.h"
+
+namespace clef::testing {
+
+inline std::string data_path(const std::string& rel) { return std::string(CLEF_TEST_DATA) + "/" + rel; }
+
+inline std::string read_file(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw std::runtime_error("cannot open " + path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+// tests/data/tiny-clef/cases.json, parsed once per test program.
+inline const JsonValue& tiny_cases() {
+    static const JsonValue doc = parse_json_or_throw(read_file(data_path("tiny-clef/cases.json")), "cases.json");
+    return *doc.find("cases");
+}
+
+inline const JsonValue& tiny_case(const std::string& name) {
+    for (const auto& c : tiny_cases().items())
+        if (c.find("name")->as_string() == name) return c;
+    throw std::runtime_error("no fixture case " + name);
+}
+
+// Same kinds, same keys in the same order, strings exact, numbers within tol.
+inline void expect_json_near(const JsonValue& got, const JsonValue& want, double tol, const std::string& path) {
+    if (want.is_number()) {
+        ASSERT_TRUE(got.is_number()) << path;
+        EXPECT_NEAR(got.as_double(), want.as_double(), tol) << path;
+        return;
+    }
+    ASSERT_EQ(got.kind(), want.kind()) << path;
+    if (want.is_object()) {
+        ASSERT_EQ(got.members().size(), want.members().size()) << path;
+        for (size_t i = 0; i < want.members().size(); ++i) {
+            EXPECT_EQ(got.members()[i].first, want.members()[i].first) << path;
+            expect_json_near(got.members()[i].second, want.members()[i].second, tol,
+                             path + "/" + want.members()[i].first);
+        }
+    } else if (want.is_array()) {
+        ASSERT_EQ(got.items().size(), want.items().size()) << path;
+        for (size_t i = 0; i < want.items().size(); ++i)
+            expect_json_near(got.items()[i], want.items()[i], tol, path + "/" + std::to_string(i));
+    } else {
+        EXPECT_TRUE(got == want) << path << ": " << write_json(got) << " vs " << write_json(want);
+    }
+}
+
+// Runs a shell command, returns its stdout; status gets the wait status (use WEXITSTATUS).
+inline std::string run_command(const std::string& cmd, int& status) {
+    std::string out;
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) throw std::runtime_error("popen failed: " + cmd);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    status = pclose(p);
+    return out;
+}
+
+}  // namespace clef::testing
