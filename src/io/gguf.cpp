@@ -2,11 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
+#include <cstdio>
+#include <filesystem>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
+#include "quant/quant.h"
 #include "util/error.h"
 
 static_assert(std::endian::native == std::endian::little, "the GGUF reader assumes a little-endian host");
@@ -312,6 +316,10 @@ uint64_t GgufTensorInfo::n_elements() const {
     return n;
 }
 
+std::vector<int64_t> GgufTensorInfo::torch_shape() const {
+    return std::vector<int64_t>(dims.rbegin(), dims.rend());
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Parser
 
@@ -368,11 +376,30 @@ public:
                     "tensor data section would start at offset {}, past the end of the file ({} bytes)",
                     data_offset, size_));
             const uint64_t data_size = size_ - data_offset;
-            for (const GgufTensorInfo& t : f_.tensors_) {
+            for (GgufTensorInfo& t : f_.tensors_) {
                 if (t.offset > data_size)
                     fail(fmt::format(
                         "tensor '{}': data offset {} is past the end of the data section ({} bytes)", t.name,
                         t.offset, data_size));
+                if (t.nbytes > data_size - t.offset)
+                    fail(fmt::format("tensor '{}': {} bytes of {} data at offset {} run past the end of the data "
+                                     "section ({} bytes; file truncated?)",
+                                     t.name, t.nbytes, ggml_type_name(t.ggml_type), t.offset, data_size));
+                t.data = p_ + data_offset + t.offset;
+            }
+            // No two tensors may share bytes.
+            std::vector<const GgufTensorInfo*> by_offset;
+            by_offset.reserve(f_.tensors_.size());
+            for (const GgufTensorInfo& t : f_.tensors_) by_offset.push_back(&t);
+            std::sort(by_offset.begin(), by_offset.end(), [](const GgufTensorInfo* a, const GgufTensorInfo* b) {
+                return a->offset != b->offset ? a->offset < b->offset : a->nbytes < b->nbytes;
+            });
+            for (size_t i = 1; i < by_offset.size(); ++i) {
+                const GgufTensorInfo& a = *by_offset[i - 1];
+                const GgufTensorInfo& b = *by_offset[i];
+                if (a.nbytes > 0 && b.nbytes > 0 && a.offset + a.nbytes > b.offset)
+                    fail(fmt::format("tensors '{}' (bytes {}..{}) and '{}' (bytes {}..{}) overlap", a.name,
+                                     a.offset, a.offset + a.nbytes, b.name, b.offset, b.offset + b.nbytes));
             }
         }
     }
@@ -544,6 +571,18 @@ private:
             t.dims[d] = dim;
         }
         t.ggml_type = read<uint32_t>("the tensor type");
+        const GgmlTypeTraits tt = ggml_type_traits(t.ggml_type);
+        if (!tt.name) fail(fmt::format("{}: unknown ggml type {}", context(), t.ggml_type));
+        if (t.dims[0] % tt.block_size != 0)
+            fail(fmt::format("{}: row length {} is not a multiple of the {} block size {}", context(), t.dims[0],
+                             tt.name, tt.block_size));
+        {
+            const uint64_t rows = t.dims[0] ? product / t.dims[0] : 0;
+            const uint64_t row_bytes = t.dims[0] / tt.block_size * tt.type_size;
+            if (row_bytes != 0 && rows > std::numeric_limits<uint64_t>::max() / row_bytes)
+                fail(fmt::format("{}: byte size overflows", context()));
+            t.nbytes = rows * row_bytes;
+        }
         t.offset = read<uint64_t>("the tensor data offset");
         if (t.offset % f_.alignment_ != 0)
             fail(fmt::format("{}: data offset {} is not a multiple of the alignment {}", context(), t.offset,
@@ -636,6 +675,131 @@ const std::vector<std::string_view>& GgufFile::get_string_array(std::string_view
 
 std::vector<int64_t> GgufFile::get_int_array(std::string_view key) const {
     return with_key(*this, key, "an array of integers", [](const GgufValue& v) { return v.ints(); });
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// GgufWriter
+
+namespace {
+template <class T>
+void put(std::vector<unsigned char>& b, T v) {
+    const auto* p = reinterpret_cast<const unsigned char*>(&v);
+    b.insert(b.end(), p, p + sizeof(T));
+}
+void put_str(std::vector<unsigned char>& b, const std::string& s) {
+    put<uint64_t>(b, s.size());
+    b.insert(b.end(), s.begin(), s.end());
+}
+}  // namespace
+
+void GgufWriter::add_string(const std::string& key, const std::string& v) {
+    std::vector<unsigned char> b;
+    put<uint32_t>(b, static_cast<uint32_t>(GgufType::kString));
+    put_str(b, v);
+    kv_.emplace_back(key, std::move(b));
+}
+void GgufWriter::add_uint32(const std::string& key, uint32_t v) {
+    std::vector<unsigned char> b;
+    put<uint32_t>(b, static_cast<uint32_t>(GgufType::kUint32));
+    put<uint32_t>(b, v);
+    kv_.emplace_back(key, std::move(b));
+}
+void GgufWriter::add_int32(const std::string& key, int32_t v) {
+    std::vector<unsigned char> b;
+    put<uint32_t>(b, static_cast<uint32_t>(GgufType::kInt32));
+    put<int32_t>(b, v);
+    kv_.emplace_back(key, std::move(b));
+}
+void GgufWriter::add_float32(const std::string& key, float v) {
+    std::vector<unsigned char> b;
+    put<uint32_t>(b, static_cast<uint32_t>(GgufType::kFloat32));
+    put<float>(b, v);
+    kv_.emplace_back(key, std::move(b));
+}
+void GgufWriter::add_bool(const std::string& key, bool v) {
+    std::vector<unsigned char> b;
+    put<uint32_t>(b, static_cast<uint32_t>(GgufType::kBool));
+    put<uint8_t>(b, v ? 1 : 0);
+    kv_.emplace_back(key, std::move(b));
+}
+void GgufWriter::add_string_array(const std::string& key, const std::vector<std::string>& v) {
+    std::vector<unsigned char> b;
+    put<uint32_t>(b, static_cast<uint32_t>(GgufType::kArray));
+    put<uint32_t>(b, static_cast<uint32_t>(GgufType::kString));
+    put<uint64_t>(b, v.size());
+    for (const std::string& s : v) put_str(b, s);
+    kv_.emplace_back(key, std::move(b));
+}
+void GgufWriter::add_int32_array(const std::string& key, const std::vector<int32_t>& v) {
+    std::vector<unsigned char> b;
+    put<uint32_t>(b, static_cast<uint32_t>(GgufType::kArray));
+    put<uint32_t>(b, static_cast<uint32_t>(GgufType::kInt32));
+    put<uint64_t>(b, v.size());
+    for (int32_t x : v) put<int32_t>(b, x);
+    kv_.emplace_back(key, std::move(b));
+}
+
+void GgufWriter::add_tensor(const std::string& name, uint32_t ggml_type, std::vector<uint64_t> dims,
+                            uint64_t nbytes, Fill fill) {
+    tensors_.push_back({name, ggml_type, std::move(dims), nbytes, std::move(fill)});
+}
+
+void GgufWriter::write(const std::string& path, const std::function<void(uint64_t, uint64_t)>& progress) const {
+    constexpr uint64_t kAlign = GgufFile::kDefaultAlignment;
+    auto pad = [](uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
+    std::vector<unsigned char> head;
+    head.insert(head.end(), {'G', 'G', 'U', 'F'});
+    put<uint32_t>(head, 3);
+    put<uint64_t>(head, tensors_.size());
+    put<uint64_t>(head, kv_.size());
+    for (const auto& [key, value] : kv_) {
+        put_str(head, key);
+        head.insert(head.end(), value.begin(), value.end());
+    }
+    uint64_t offset = 0, total = 0;
+    for (const Tensor& t : tensors_) {
+        put_str(head, t.name);
+        put<uint32_t>(head, static_cast<uint32_t>(t.dims.size()));
+        for (uint64_t d : t.dims) put<uint64_t>(head, d);
+        put<uint32_t>(head, t.type);
+        put<uint64_t>(head, offset);
+        offset = pad(offset + t.nbytes);
+    }
+    total = offset;
+    head.resize(pad(head.size()), 0);
+
+    const std::string partial = path + ".partial";
+    std::FILE* fp = std::fopen(partial.c_str(), "wb");
+    if (!fp) throw Error(path + ": cannot create " + partial);
+    auto fail = [&](const std::string& what) {
+        std::fclose(fp);
+        std::remove(partial.c_str());
+        throw Error(path + ": " + what);
+    };
+    if (std::fwrite(head.data(), 1, head.size(), fp) != head.size()) fail("write failed");
+    std::vector<unsigned char> buf;
+    uint64_t done = 0;
+    for (const Tensor& t : tensors_) {
+        buf.assign(pad(t.nbytes), 0);
+        try {
+            t.fill(buf.data());
+        } catch (const Error& e) {
+            fail(std::string("tensor ") + t.name + ": " + e.what());
+        }
+        if (std::fwrite(buf.data(), 1, buf.size(), fp) != buf.size()) fail("write failed (disk full?)");
+        done += buf.size();
+        if (progress) progress(done, total);
+    }
+    if (std::fclose(fp) != 0) {
+        std::remove(partial.c_str());
+        throw Error(path + ": write failed");
+    }
+    std::error_code ec;
+    std::filesystem::rename(partial, path, ec);
+    if (ec) {
+        std::remove(partial.c_str());
+        throw Error(path + ": cannot rename " + partial + ": " + ec.message());
+    }
 }
 
 }  // namespace clef

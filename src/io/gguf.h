@@ -11,11 +11,16 @@
 //   n_kv  x { string key, u32 type, value }           string = u64 length + bytes (no NUL)
 //   n_tensors x { string name, u32 n_dims, u64 dims[n_dims], u32 ggml_type, u64 offset }
 //   padding to general.alignment (default 32), then the tensor data section.
-// Tensor data itself (sizes per ggml type, bounds) is not validated here yet.
+// Tensor data is validated at open: every tensor has a known ggml type, a row length (dims[0]) that is a whole
+// number of that type's blocks, and its bytes (rows x row bytes) lie inside the data section without
+// overlapping another tensor's. Whether clef can dequantise the type is checked later, by whoever reads it.
+//
+// GgufWriter writes v3 files (metadata in insertion order, tensors 32-byte aligned in insertion order).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -107,15 +112,22 @@ struct GgufKeyValue {
 struct GgufTensorInfo {
     std::string name;
     std::vector<uint64_t> dims;  // ggml order: dims[0] is the fastest-varying (row length)
-    uint32_t ggml_type = 0;      // raw ggml type id; not validated yet
+    uint32_t ggml_type = 0;      // raw ggml type id (a type ggml defines; see quant/quant.h)
     uint64_t offset = 0;         // relative to the data section, a multiple of the alignment
     uint64_t info_offset = 0;    // file offset where this tensor info starts (for error messages)
+    uint64_t nbytes = 0;         // bytes of tensor data (validated against the file)
+    const unsigned char* data = nullptr;  // the tensor's bytes inside the mapping
 
     uint64_t n_elements() const;  // product of dims (dims are validated not to overflow int64)
+    uint64_t row_length() const { return dims.empty() ? 1 : dims[0]; }
+    uint64_t n_rows() const { return row_length() ? n_elements() / row_length() : 0; }
+    // Shape in torch order (reversed dims), e.g. "[4096, 248320]" -> {248320, 4096}.
+    std::vector<int64_t> torch_shape() const;
 };
 
 class GgufFile {
 public:
+    GgufFile() = default;
     static constexpr uint32_t kDefaultAlignment = 32;
     static constexpr size_t kMaxArrayDepth = 8;  // arrays of arrays nested deeper than this are refused
     static constexpr uint32_t kMaxDims = 4;      // GGML_MAX_DIMS
@@ -164,6 +176,38 @@ private:
     std::unordered_map<std::string_view, size_t> kv_index_;
     std::vector<GgufTensorInfo> tensors_;
     std::unordered_map<std::string, size_t> tensor_index_;
+};
+
+// Writes a GGUF v3 file. Metadata keys and tensors are written in the order they are added. Tensor bytes are
+// produced at write time by a callback (so a converter can stream), and must be exactly nbytes long.
+class GgufWriter {
+public:
+    void add_string(const std::string& key, const std::string& v);
+    void add_uint32(const std::string& key, uint32_t v);
+    void add_int32(const std::string& key, int32_t v);
+    void add_float32(const std::string& key, float v);
+    void add_bool(const std::string& key, bool v);
+    void add_string_array(const std::string& key, const std::vector<std::string>& v);
+    void add_int32_array(const std::string& key, const std::vector<int32_t>& v);
+
+    using Fill = std::function<void(unsigned char* dst)>;  // writes the tensor's nbytes
+    // dims in ggml order (dims[0] = row length).
+    void add_tensor(const std::string& name, uint32_t ggml_type, std::vector<uint64_t> dims, uint64_t nbytes,
+                    Fill fill);
+
+    // Writes to "<path>.partial" then renames; progress(done, total) after each tensor. Throws clef::Error.
+    void write(const std::string& path, const std::function<void(uint64_t, uint64_t)>& progress = {}) const;
+
+private:
+    struct Tensor {
+        std::string name;
+        uint32_t type;
+        std::vector<uint64_t> dims;
+        uint64_t nbytes;
+        Fill fill;
+    };
+    std::vector<std::pair<std::string, std::vector<unsigned char>>> kv_;  // key, encoded type + value
+    std::vector<Tensor> tensors_;
 };
 
 }  // namespace clef

@@ -1,0 +1,87 @@
+// ggml tensor types: the block formats of GGUF tensor data, their scalar dequantisation (the oracle), row
+// dequantisation to fp32 / bf16, and the quantisers `clef convert` writes.
+//
+// Block layouts (little-endian, fp16 = IEEE half), QK = values per block:
+//   Q4_0  QK 32,  18 B: f16 d; u8 qs[16]                 x = (nibble - 8) * d
+//   Q4_1  QK 32,  20 B: f16 d, m; u8 qs[16]              x = nibble * d + m
+//   Q5_0  QK 32,  22 B: f16 d; u8 qh[4]; u8 qs[16]       x = (nibble | high bit << 4) - 16) * d
+//   Q5_1  QK 32,  24 B: f16 d, m; u8 qh[4]; u8 qs[16]    x = (nibble | high bit << 4) * d + m
+//   Q8_0  QK 32,  34 B: f16 d; i8 qs[32]                 x = q * d
+//   Q4_K  QK 256, 144 B: f16 d, dmin; u8 scales[12] (8 x 6-bit scale + 6-bit min); u8 qs[128]
+//   Q5_K  QK 256, 176 B: f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]
+//   Q6_K  QK 256, 210 B: u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d
+// In the 32-blocks value j < 16 is the low nibble of qs[j], value j + 16 its high nibble (qh bit j / j + 16).
+// In the K blocks, each 64-value group g uses the low nibbles of qs[32g..32g+31] for its first 32 values and
+// the high nibbles for the next 32 (Q5_K: qh bit 2g / 2g + 1); Q6_K works on 128-value halves (see quant.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace clef {
+
+enum class GgmlType : uint32_t {
+    F32 = 0,
+    F16 = 1,
+    Q4_0 = 2,
+    Q4_1 = 3,
+    Q5_0 = 6,
+    Q5_1 = 7,
+    Q8_0 = 8,
+    Q8_1 = 9,
+    Q2_K = 10,
+    Q3_K = 11,
+    Q4_K = 12,
+    Q5_K = 13,
+    Q6_K = 14,
+    Q8_K = 15,
+    IQ2_XXS = 16,
+    IQ2_XS = 17,
+    IQ3_XXS = 18,
+    IQ1_S = 19,
+    IQ4_NL = 20,
+    IQ3_S = 21,
+    IQ2_S = 22,
+    IQ4_XS = 23,
+    I8 = 24,
+    I16 = 25,
+    I32 = 26,
+    I64 = 27,
+    F64 = 28,
+    IQ1_M = 29,
+    BF16 = 30,
+    TQ1_0 = 34,
+    TQ2_0 = 35,
+    MXFP4 = 39,
+};
+
+struct GgmlTypeTraits {
+    const char* name = nullptr;  // ggml's spelling: "f32", "q4_K", ...
+    uint32_t block_size = 0;     // values per block
+    uint32_t type_size = 0;      // bytes per block
+    bool supported = false;      // clef can dequantise it
+};
+
+// Traits of a raw ggml type id; name == nullptr for an id ggml does not define (or has retired).
+GgmlTypeTraits ggml_type_traits(uint32_t type);
+// "q4_K" / "type 31" for an unknown id.
+std::string ggml_type_name(uint32_t type);
+// Bytes of a row of n values (n must be a multiple of the block size: checked by callers via row_fits).
+inline uint64_t ggml_row_bytes(const GgmlTypeTraits& t, uint64_t n) {
+    return n / t.block_size * t.type_size;
+}
+
+// Scalar reference: dequantises n values (n a multiple of the block size) of a supported type to fp32.
+// Throws clef::Error for unsupported types or a bad n.
+void dequantize_ref(GgmlType type, const void* src, float* dst, int64_t n);
+// Fast row dequantisation (same results as dequantize_ref, bit for bit).
+void dequantize_row_f32(GgmlType type, const void* src, float* dst, int64_t n);
+// Row dequantisation to bf16 (round to nearest even of the fp32 values).
+void dequantize_row_bf16(GgmlType type, const void* src, uint16_t* dst, int64_t n);
+
+// Quantises n values (a multiple of the block size) to one of the types clef writes: F32, F16, BF16, Q4_0,
+// Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K. dst must hold ggml_row_bytes(traits, n) bytes.
+void quantize_row(GgmlType type, const float* src, void* dst, int64_t n);
+
+}  // namespace clef
