@@ -3,6 +3,7 @@
 #include "decision/media.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
+#include "model/gguf_model.h"
 #include "model/head.h"
 #include "model/vision.h"
 #include "tokenizer/tokenizer.h"
@@ -12,7 +13,23 @@ namespace clef {
 
 Engine::~Engine() = default;
 
-std::unique_ptr<Engine> Engine::load(const std::string& model_dir) {
+std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const std::string& head_dir) {
+    if (is_gguf_file(model_dir)) {
+        GgufModel g = load_gguf_model(model_dir, head_dir);
+        if (!g.head) throw Error(model_dir + ": a " + g.arch + " GGUF without a joint head (give --head DIR)");
+        std::unique_ptr<Engine> e(new Engine());
+        e->config_ = g.config;
+        e->head_config_ = *g.head_config;
+        e->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_dir));
+        e->weights_ = std::move(g.weights);
+        e->backbone_ = std::make_unique<Backbone>(e->config_.text, *e->weights_);
+        e->head_file_ = std::move(g.head);
+        const TensorView* lm_head = e->weights_->find("lm_head.weight");
+        if (!lm_head) lm_head = e->weights_->find(e->backbone_->prefix() + "embed_tokens.weight");
+        if (!lm_head) throw Error(model_dir + ": missing output.weight / token_embd.weight");
+        e->head_ = std::make_unique<JointHead>(e->head_config_, *e->head_file_, *lm_head);
+        return e;
+    }
     ModelDir dir = locate_model_dir(model_dir);
     if (!dir.has_head())
         throw Error(model_dir + ": no joint_head.safetensors / joint_head_config.json: a backbone alone cannot "

@@ -43,7 +43,8 @@ class Engine {
 public:
     // Loads a model directory in the publisher layout (config.json, safetensors weights, tokenizer.json,
     // joint_head_config.json, joint_head.safetensors). Throws clef::Error naming what is missing or malformed.
-    static std::unique_ptr<Engine> load(const std::string& model_dir);
+    // A .gguf path loads a GGUF model (clef, or qwen35 with the head from head_dir or beside the file).
+    static std::unique_ptr<Engine> load(const std::string& model_dir, const std::string& head_dir = "");
     ~Engine();
 
     const Tokenizer& tokenizer() const { return *tokenizer_; }
