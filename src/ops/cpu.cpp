@@ -1,0 +1,112 @@
+#include "ops/cpu.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+
+namespace clef::ops {
+
+namespace {
+
+int read_int(const std::string& path, int fallback) {
+    std::ifstream f(path);
+    int v = fallback;
+    if (!(f >> v)) return fallback;
+    return v;
+}
+
+int count_physical_cores(int logical) {
+    std::set<std::pair<int, int>> cores;
+    for (int c = 0; c < 4096; ++c) {
+        const std::string base = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/";
+        const int core = read_int(base + "core_id", -1);
+        if (core < 0) {
+            if (c >= logical) break;
+            continue;
+        }
+        cores.insert({read_int(base + "physical_package_id", 0), core});
+    }
+    return cores.empty() ? logical : static_cast<int>(cores.size());
+}
+
+CpuFeatures detect() {
+    CpuFeatures f;
+    __builtin_cpu_init();
+    f.avx2 = __builtin_cpu_supports("avx2");
+    f.fma = __builtin_cpu_supports("fma");
+    f.avx512f = __builtin_cpu_supports("avx512f");
+    f.avx512bw = __builtin_cpu_supports("avx512bw");
+    f.avx512vl = __builtin_cpu_supports("avx512vl");
+    f.avx512dq = __builtin_cpu_supports("avx512dq");
+    f.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
+#if defined(__x86_64__)
+    // f16c, amx: cpuid directly (gcc 12's __builtin_cpu_supports does not know amx).
+    unsigned a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+    f.f16c = (c >> 29) & 1u;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    f.amx_bf16 = (d >> 22) & 1u;
+    f.amx_tile = (d >> 24) & 1u;
+#endif
+    const unsigned hc = std::thread::hardware_concurrency();
+    f.logical_cpus = hc > 0 ? static_cast<int>(hc) : 1;
+    f.physical_cores = count_physical_cores(f.logical_cpus);
+    return f;
+}
+
+int default_threads() {
+    if (const char* e = std::getenv("OMP_NUM_THREADS")) {
+        const int v = std::atoi(e);
+        if (v > 0) return v;
+    }
+    return cpu_features().physical_cores;
+}
+
+int g_threads = 0;  // 0 = not yet applied
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+    static const CpuFeatures f = detect();
+    return f;
+}
+
+std::string cpu_features_string() {
+    const CpuFeatures& f = cpu_features();
+    std::string s;
+    auto add = [&](bool on, const char* name) {
+        if (!on) return;
+        if (!s.empty()) s += ' ';
+        s += name;
+    };
+    add(f.avx2, "avx2");
+    add(f.fma, "fma");
+    add(f.f16c, "f16c");
+    add(f.avx512f, "avx512f");
+    add(f.avx512bw, "avx512bw");
+    add(f.avx512vl, "avx512vl");
+    add(f.avx512dq, "avx512dq");
+    add(f.avx512_bf16, "avx512_bf16");
+    add(f.amx_tile, "amx_tile");
+    add(f.amx_bf16, "amx_bf16");
+    if (s.empty()) s = "baseline";
+    return s + ", " + std::to_string(f.physical_cores) + " physical cores / " + std::to_string(f.logical_cpus) +
+           " logical CPUs";
+}
+
+int num_threads() {
+    if (g_threads <= 0) set_num_threads(0);
+    return g_threads;
+}
+
+void set_num_threads(int n) {
+    g_threads = n > 0 ? n : default_threads();
+    omp_set_num_threads(g_threads);
+}
+
+}  // namespace clef::ops

@@ -1,0 +1,37 @@
+// CPU feature detection and the global OpenMP thread setting shared by the fast kernels.
+#pragma once
+
+#include <string>
+
+namespace clef::ops {
+
+struct CpuFeatures {
+    bool avx2 = false;
+    bool fma = false;
+    bool f16c = false;
+    bool avx512f = false;
+    bool avx512bw = false;
+    bool avx512vl = false;
+    bool avx512dq = false;
+    bool avx512_bf16 = false;
+    bool amx_bf16 = false;
+    bool amx_tile = false;
+    int logical_cpus = 1;    // online logical CPUs
+    int physical_cores = 1;  // distinct (package, core) pairs; logical_cpus when the topology is unknown
+
+    // The own AVX-512 kernels need f, bw, vl, dq (and f16c/fma, implied on every AVX-512 CPU).
+    bool has_avx512() const { return avx512f && avx512bw && avx512vl && avx512dq && fma && f16c; }
+    bool has_bf16_hw() const { return amx_bf16 || avx512_bf16; }
+};
+
+// Detected once (cpuid via the compiler builtins, /sys topology for the core count).
+const CpuFeatures& cpu_features();
+// e.g. "avx512f avx512bw ... amx_bf16, 2 physical cores / 2 logical CPUs".
+std::string cpu_features_string();
+
+// Number of OpenMP threads the kernels use. Default: OMP_NUM_THREADS when set, else the physical core count.
+int num_threads();
+// Sets the thread count for all later kernel calls (omp_set_num_threads); n <= 0 restores the default.
+void set_num_threads(int n);
+
+}  // namespace clef::ops

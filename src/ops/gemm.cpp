@@ -1,0 +1,437 @@
+#include "ops/gemm.h"
+
+// gcc 12 reports its own intrinsics (_mm512_undefined_* self-initialisation) as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <dnnl.hpp>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "ops/cpu.h"
+#include "util/error.h"
+#include "util/half.h"
+
+namespace clef::ops {
+
+namespace {
+
+constexpr int kNR = 32;  // columns (weight rows) per panel
+constexpr int kMR = 6;   // activation rows per micro-kernel call
+
+#define CLEF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+
+// Branch-free round to nearest even (inputs are finite activations; NaN is kept a NaN by the caller's scalar path
+// never being needed here because overflowing activations already mean a broken model).
+inline uint16_t to_bf16(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return static_cast<uint16_t>(u >> 16);
+}
+
+// hi = bf16(x), mid = bf16(x - hi), lo = bf16(x - hi - mid): every residual is exact in fp32.
+void split3(const float* x, int64_t m, int64_t k, uint16_t* hi, uint16_t* mid, uint16_t* lo) {
+#pragma omp parallel for schedule(static) if (m * k > (1 << 15))
+    for (int64_t i = 0; i < m; ++i) {
+        const float* xr = x + i * k;
+        uint16_t* h = hi + i * k;
+        uint16_t* md = mid + i * k;
+        uint16_t* l = lo + i * k;
+#pragma omp simd
+        for (int64_t t = 0; t < k; ++t) {
+            const float v = xr[t];
+            const uint16_t a = to_bf16(v);
+            const float r1 = v - bf16_to_f32(a);
+            const uint16_t b = to_bf16(r1);
+            const float r2 = r1 - bf16_to_f32(b);
+            h[t] = a;
+            md[t] = b;
+            l[t] = to_bf16(r2);
+        }
+    }
+}
+
+void round_bf16(const float* x, int64_t count, uint16_t* out) {
+#pragma omp parallel for simd schedule(static) if (count > (1 << 15))
+    for (int64_t t = 0; t < count; ++t) out[t] = to_bf16(x[t]);
+}
+
+// ------------------------------------------------------------------ own kernels on 32-column panels
+
+inline float elem_f32(const float* p, int64_t i) { return p[i]; }
+inline float elem_f32(const uint16_t* p, int64_t i) { return bf16_to_f32(p[i]); }
+
+// One panel of kNR columns: rows [i0, i0 + rows) of y, columns [j0, j0 + ncols).
+template <class W, bool kIsF16>
+void scalar_block(const float* x, int64_t k, const W* panel, int rows, int ncols, float* y, int64_t ldy) {
+    for (int i = 0; i < rows; ++i) {
+        float acc[kNR] = {};
+        const float* xr = x + i * k;
+        for (int64_t t = 0; t < k; ++t) {
+            const float xv = xr[t];
+            const W* wp = panel + t * kNR;
+            for (int c = 0; c < kNR; ++c) {
+                float w;
+                if constexpr (kIsF16)
+                    w = f16_to_f32(wp[c]);
+                else
+                    w = elem_f32(wp, c);
+                acc[c] += xv * w;
+            }
+        }
+        for (int c = 0; c < ncols; ++c) y[i * ldy + c] = acc[c];
+    }
+}
+
+template <int MR, int kType>  // kType: 0 = f32, 1 = bf16, 2 = f16
+CLEF_AVX512 void avx512_block(const float* x, int64_t k, const void* panel_v, int ncols, float* y, int64_t ldy) {
+    __m512 acc0[MR], acc1[MR];
+    for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+    for (int64_t t = 0; t < k; ++t) {
+        __m512 w0, w1;
+        if constexpr (kType == 0) {
+            const float* p = static_cast<const float*>(panel_v) + t * kNR;
+            w0 = _mm512_loadu_ps(p);
+            w1 = _mm512_loadu_ps(p + 16);
+        } else {
+            const uint16_t* p = static_cast<const uint16_t*>(panel_v) + t * kNR;
+            const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+            const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
+            if constexpr (kType == 1) {
+                w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(a), 16));
+                w1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+            } else {
+                w0 = _mm512_cvtph_ps(a);
+                w1 = _mm512_cvtph_ps(b);
+            }
+        }
+        for (int i = 0; i < MR; ++i) {
+            const __m512 xb = _mm512_set1_ps(x[i * k + t]);
+            acc0[i] = _mm512_fmadd_ps(xb, w0, acc0[i]);
+            acc1[i] = _mm512_fmadd_ps(xb, w1, acc1[i]);
+        }
+    }
+    if (ncols == kNR) {
+        for (int i = 0; i < MR; ++i) {
+            _mm512_storeu_ps(y + i * ldy, acc0[i]);
+            _mm512_storeu_ps(y + i * ldy + 16, acc1[i]);
+        }
+    } else {
+        const __mmask16 m0 = static_cast<__mmask16>(ncols >= 16 ? 0xffff : (1u << ncols) - 1u);
+        const __mmask16 m1 = static_cast<__mmask16>(ncols <= 16 ? 0 : (1u << (ncols - 16)) - 1u);
+        for (int i = 0; i < MR; ++i) {
+            _mm512_mask_storeu_ps(y + i * ldy, m0, acc0[i]);
+            _mm512_mask_storeu_ps(y + i * ldy + 16, m1, acc1[i]);
+        }
+    }
+}
+
+template <int kType>
+CLEF_AVX512 void avx512_rows(const float* x, int64_t k, const void* panel, int rows, int ncols, float* y,
+                             int64_t ldy) {
+    switch (rows) {
+        case 6: avx512_block<6, kType>(x, k, panel, ncols, y, ldy); break;
+        case 5: avx512_block<5, kType>(x, k, panel, ncols, y, ldy); break;
+        case 4: avx512_block<4, kType>(x, k, panel, ncols, y, ldy); break;
+        case 3: avx512_block<3, kType>(x, k, panel, ncols, y, ldy); break;
+        case 2: avx512_block<2, kType>(x, k, panel, ncols, y, ldy); break;
+        default: avx512_block<1, kType>(x, k, panel, ncols, y, ldy); break;
+    }
+}
+
+// ------------------------------------------------------------------ oneDNN
+
+dnnl::engine& dnnl_engine() {
+    static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+    return e;
+}
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+dnnl::matmul::primitive_desc make_pd(int64_t m, int64_t k, int64_t n, const dnnl::memory::desc& wdesc) {
+    const dnnl::memory::desc a({m, k}, dt::bf16, tag::ab);
+    const dnnl::memory::desc c({m, n}, dt::f32, tag::ab);
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, wdesc, c), dnnl_engine());
+}
+
+bool is_bf16_hw_impl(const std::string& impl) {
+    return impl.find("amx") != std::string::npos || impl.find("avx512_core_bf16") != std::string::npos;
+}
+
+// oneDNN's implementation for a bf16 matmul here ("" when oneDNN fails).
+const std::string& dnnl_bf16_impl() {
+    static const std::string s = [] {
+        try {
+            const dnnl::memory::desc w({256, 256}, dt::bf16, tag::any);
+            return std::string(make_pd(256, 256, 256, w).impl_info_str());
+        } catch (const dnnl::error&) {
+            return std::string();
+        }
+    }();
+    return s;
+}
+
+// Per-thread growable scratch (avoids page-faulting fresh buffers on every call).
+template <class T>
+T* scratch(std::vector<T>& v, size_t count) {
+    if (v.size() < count) v.resize(count);
+    return v.data();
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ Impl
+
+struct PackedLinear::Impl {
+    GemmBackend backend = GemmBackend::Scalar;
+    WeightType type = WeightType::BF16;
+    // Own kernels: panels [n_panels][k][kNR], element type per `type`.
+    std::vector<uint16_t> panels16;
+    std::vector<float> panels32;
+    // oneDNN.
+    dnnl::memory::desc wdesc;
+    dnnl::memory wmem;
+    std::string impl;
+    mutable std::mutex mu;
+    mutable std::map<int64_t, dnnl::matmul> cache;
+
+    dnnl::matmul primitive(int64_t rows, int64_t k, int64_t n) const {
+        std::lock_guard<std::mutex> lock(mu);
+        auto it = cache.find(rows);
+        if (it != cache.end()) return it->second;
+        if (cache.size() >= 64) cache.erase(cache.begin());
+        dnnl::matmul prim(make_pd(rows, k, n, wdesc));
+        cache.emplace(rows, prim);
+        return prim;
+    }
+};
+
+GemmBackend PackedLinear::auto_backend(WeightType t) {
+    if (t == WeightType::BF16 && backend_available(GemmBackend::OneDnn, t)) return GemmBackend::OneDnn;
+    if (backend_available(GemmBackend::Avx512, t)) return GemmBackend::Avx512;
+    return GemmBackend::Scalar;
+}
+
+bool PackedLinear::backend_available(GemmBackend b, WeightType t) {
+    switch (b) {
+        case GemmBackend::Auto:
+        case GemmBackend::Scalar: return true;
+        case GemmBackend::Avx512: return cpu_features().has_avx512();
+        case GemmBackend::OneDnn: return t == WeightType::BF16 && is_bf16_hw_impl(dnnl_bf16_impl());
+    }
+    return false;
+}
+
+PackedLinear::PackedLinear() = default;
+PackedLinear::PackedLinear(PackedLinear&&) noexcept = default;
+PackedLinear& PackedLinear::operator=(PackedLinear&&) noexcept = default;
+PackedLinear::~PackedLinear() = default;
+
+namespace {
+
+void check_shape(int64_t n, int64_t k) {
+    if (n <= 0 || k <= 0) throw Error("PackedLinear: weight shape must be positive");
+}
+
+GemmBackend resolve(GemmBackend b, WeightType t) {
+    if (b == GemmBackend::Auto) return PackedLinear::auto_backend(t);
+    if (!PackedLinear::backend_available(b, t))
+        throw Error(std::string("PackedLinear: backend not available on this CPU / weight type: ") +
+                    (b == GemmBackend::OneDnn ? "onednn" : "avx512"));
+    return b;
+}
+
+// Packs rows [j0, j0 + nrows) of a row-major [.][k] source (already at row j0) into panel layout.
+template <class T>
+void to_panel(const T* rows, int nrows, int64_t k, T* panel) {
+    for (int64_t t = 0; t < k; ++t) {
+        T* dst = panel + t * kNR;
+        for (int c = 0; c < kNR; ++c) dst[c] = c < nrows ? rows[c * k + t] : T(0);
+    }
+}
+
+void pack_dnnl(PackedLinear::Impl& im, const uint16_t* w, int64_t n, int64_t k) {
+    const dnnl::memory::desc any({k, n}, dt::bf16, tag::any);
+    const auto pd = make_pd(512, k, n, any);
+    im.wdesc = pd.weights_desc();
+    im.impl = pd.impl_info_str();
+    const dnnl::memory::desc user({k, n}, dt::bf16, dnnl::memory::dims{1, k});
+    dnnl::memory src(user, dnnl_engine(), const_cast<uint16_t*>(w));
+    im.wmem = dnnl::memory(im.wdesc, dnnl_engine());
+    dnnl::stream s(dnnl_engine());
+    dnnl::reorder(src, im.wmem).execute(s, src, im.wmem);
+    s.wait();
+}
+
+}  // namespace
+
+PackedLinear::PackedLinear(WeightRef w, int64_t n, int64_t k, GemmBackend backend) : n_(n), k_(k) {
+    check_shape(n, k);
+    if (!w.data) throw Error("PackedLinear: null weight");
+    impl_ = std::make_unique<Impl>();
+    Impl& im = *impl_;
+    im.type = w.type;
+    im.backend = resolve(backend, w.type);
+    if (im.backend == GemmBackend::OneDnn) {
+        pack_dnnl(im, static_cast<const uint16_t*>(w.data), n, k);
+        return;
+    }
+    const int64_t np = (n + kNR - 1) / kNR;
+    if (w.type == WeightType::F32) {
+        im.panels32.resize(static_cast<size_t>(np * k * kNR));
+        const float* src = static_cast<const float*>(w.data);
+#pragma omp parallel for schedule(static)
+        for (int64_t p = 0; p < np; ++p)
+            to_panel(src + p * kNR * k, static_cast<int>(std::min<int64_t>(kNR, n - p * kNR)), k,
+                     im.panels32.data() + p * k * kNR);
+    } else {
+        im.panels16.resize(static_cast<size_t>(np * k * kNR));
+        const uint16_t* src = static_cast<const uint16_t*>(w.data);
+#pragma omp parallel for schedule(static)
+        for (int64_t p = 0; p < np; ++p)
+            to_panel(src + p * kNR * k, static_cast<int>(std::min<int64_t>(kNR, n - p * kNR)), k,
+                     im.panels16.data() + p * k * kNR);
+    }
+}
+
+PackedLinear::PackedLinear(const RowProvider& rows, int64_t n, int64_t k, GemmBackend backend) : n_(n), k_(k) {
+    check_shape(n, k);
+    if (!rows) throw Error("PackedLinear: empty row provider");
+    impl_ = std::make_unique<Impl>();
+    Impl& im = *impl_;
+    im.type = WeightType::BF16;
+    im.backend = resolve(backend, WeightType::BF16);
+    if (im.backend == GemmBackend::OneDnn) {
+        std::vector<uint16_t> full(static_cast<size_t>(n * k));
+        const int64_t block = std::max<int64_t>(1, (int64_t(1) << 22) / k);
+        for (int64_t r = 0; r < n; r += block) rows(r, std::min(block, n - r), full.data() + r * k);
+        pack_dnnl(im, full.data(), n, k);
+        return;
+    }
+    const int64_t np = (n + kNR - 1) / kNR;
+    im.panels16.resize(static_cast<size_t>(np * k * kNR));
+    std::vector<uint16_t> tmp(static_cast<size_t>(kNR * k));
+    for (int64_t p = 0; p < np; ++p) {
+        const int nr = static_cast<int>(std::min<int64_t>(kNR, n - p * kNR));
+        rows(p * kNR, nr, tmp.data());
+        to_panel(tmp.data(), nr, k, im.panels16.data() + p * k * kNR);
+    }
+}
+
+std::string PackedLinear::backend_name() const {
+    if (!impl_) return "empty";
+    switch (impl_->backend) {
+        case GemmBackend::OneDnn: return "onednn:" + impl_->impl;
+        case GemmBackend::Avx512: return "avx512";
+        default: return "scalar";
+    }
+}
+
+size_t PackedLinear::packed_bytes() const {
+    if (!impl_) return 0;
+    if (impl_->backend == GemmBackend::OneDnn) return impl_->wdesc.get_size();
+    return impl_->panels16.size() * 2 + impl_->panels32.size() * 4;
+}
+
+void PackedLinear::forward(const float* x, int64_t m, float* y, Precision p, const float* bias) const {
+    if (!impl_) throw Error("PackedLinear: forward on an empty layer");
+    if (m < 0) throw Error("PackedLinear: negative row count");
+    if (m == 0) return;
+    if (!x || !y) throw Error("PackedLinear: null input or output");
+    const Impl& im = *impl_;
+    const int64_t n = n_, k = k_;
+    num_threads();  // applies the default thread count once
+
+    if (im.backend == GemmBackend::OneDnn) {
+        thread_local std::vector<uint16_t> abuf;
+        thread_local std::vector<float> dbuf;
+        dnnl::stream s(dnnl_engine());
+        if (p == Precision::BF16) {
+            const int64_t mb = 1024;
+            for (int64_t i0 = 0; i0 < m; i0 += mb) {
+                const int64_t r = std::min(mb, m - i0);
+                uint16_t* a = scratch(abuf, static_cast<size_t>(r * k));
+                round_bf16(x + i0 * k, r * k, a);
+                dnnl::memory am({{r, k}, dt::bf16, tag::ab}, dnnl_engine(), a);
+                dnnl::memory cm({{r, n}, dt::f32, tag::ab}, dnnl_engine(), y + i0 * n);
+                im.primitive(r, k, n).execute(
+                    s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, im.wmem}, {DNNL_ARG_DST, cm}});
+            }
+            s.wait();
+        } else {
+            const int64_t mb = 256;  // rows per call: the three terms are stacked into 3 * mb rows
+            for (int64_t i0 = 0; i0 < m; i0 += mb) {
+                const int64_t r = std::min(mb, m - i0);
+                uint16_t* a = scratch(abuf, static_cast<size_t>(3 * r * k));
+                float* d = scratch(dbuf, static_cast<size_t>(3 * r * n));
+                split3(x + i0 * k, r, k, a, a + r * k, a + 2 * r * k);
+                dnnl::memory am({{3 * r, k}, dt::bf16, tag::ab}, dnnl_engine(), a);
+                dnnl::memory cm({{3 * r, n}, dt::f32, tag::ab}, dnnl_engine(), d);
+                im.primitive(3 * r, k, n).execute(
+                    s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, im.wmem}, {DNNL_ARG_DST, cm}});
+                s.wait();
+                float* yb = y + i0 * n;
+                const float* dh = d;
+                const float* dm = d + r * n;
+                const float* dl = d + 2 * r * n;
+#pragma omp parallel for simd schedule(static) if (r * n > (1 << 15))
+                for (int64_t t = 0; t < r * n; ++t) yb[t] = dh[t] + (dm[t] + dl[t]);
+            }
+        }
+        if (bias) {
+#pragma omp parallel for schedule(static) if (m * n > (1 << 15))
+            for (int64_t i = 0; i < m; ++i)
+                for (int64_t j = 0; j < n; ++j) y[i * n + j] += bias[j];
+        }
+        return;
+    }
+
+    // Own kernels. BF16 precision: the activations rounded once to bf16 (kept as fp32 values).
+    const float* xs = x;
+    thread_local std::vector<float> xr;
+    if (p == Precision::BF16) {
+        float* b = scratch(xr, static_cast<size_t>(m * k));
+#pragma omp parallel for simd schedule(static) if (m * k > (1 << 15))
+        for (int64_t t = 0; t < m * k; ++t) b[t] = bf16_to_f32(to_bf16(x[t]));
+        xs = b;
+    }
+    const int64_t np = (n + kNR - 1) / kNR;
+    const int64_t nb = (m + kMR - 1) / kMR;
+    const int type = im.type == WeightType::F32 ? 0 : im.type == WeightType::BF16 ? 1 : 2;
+    const bool avx = im.backend == GemmBackend::Avx512;
+#pragma omp parallel for collapse(2) schedule(static) if (m * n * k > (1 << 16))
+    for (int64_t pj = 0; pj < np; ++pj)
+        for (int64_t bi = 0; bi < nb; ++bi) {
+            const int rows = static_cast<int>(std::min<int64_t>(kMR, m - bi * kMR));
+            const int ncols = static_cast<int>(std::min<int64_t>(kNR, n - pj * kNR));
+            const float* xb = xs + bi * kMR * k;
+            float* yb = y + bi * kMR * n + pj * kNR;
+            const size_t off = static_cast<size_t>(pj * k * kNR);
+            if (avx) {
+                if (type == 0)
+                    avx512_rows<0>(xb, k, im.panels32.data() + off, rows, ncols, yb, n);
+                else if (type == 1)
+                    avx512_rows<1>(xb, k, im.panels16.data() + off, rows, ncols, yb, n);
+                else
+                    avx512_rows<2>(xb, k, im.panels16.data() + off, rows, ncols, yb, n);
+            } else {
+                if (type == 0)
+                    scalar_block<float, false>(xb, k, im.panels32.data() + off, rows, ncols, yb, n);
+                else if (type == 1)
+                    scalar_block<uint16_t, false>(xb, k, im.panels16.data() + off, rows, ncols, yb, n);
+                else
+                    scalar_block<uint16_t, true>(xb, k, im.panels16.data() + off, rows, ncols, yb, n);
+            }
+            if (bias)
+                for (int i = 0; i < rows; ++i)
+                    for (int c = 0; c < ncols; ++c) yb[i * n + c] += bias[pj * kNR + c];
+        }
+}
+
+}  // namespace clef::ops

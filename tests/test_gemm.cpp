@@ -1,0 +1,212 @@
+// PackedLinear on every available backend against the scalar reference ops::linear_bf16 / ops::linear, for both
+// precisions, on odd shapes and on the tiny model's shapes.
+//
+// Bounds: Exact must agree with the fp32 reference to 1e-5 relative to sum_k |x_k w_k| (fp32 accumulation in a
+// different order); BF16 rounds the activations once to bf16 (relative error <= 2^-9 per product), so it must
+// agree to 4e-3 of sum_k |x_k w_k| -- and, to show the test can fail, it must NOT agree to the Exact bound.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "ops/basic.h"
+#include "ops/cpu.h"
+#include "ops/gemm.h"
+#include "util/error.h"
+#include "util/half.h"
+
+namespace clef {
+namespace {
+
+using ops::GemmBackend;
+using ops::PackedLinear;
+using ops::Precision;
+using ops::WeightType;
+
+std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.f) {
+    std::normal_distribution<float> d(0.f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng);
+    return v;
+}
+
+std::vector<GemmBackend> backends(WeightType t) {
+    std::vector<GemmBackend> out;
+    for (GemmBackend b : {GemmBackend::OneDnn, GemmBackend::Avx512, GemmBackend::Scalar})
+        if (PackedLinear::backend_available(b, t)) out.push_back(b);
+    return out;
+}
+
+const char* name(GemmBackend b) {
+    return b == GemmBackend::OneDnn ? "onednn" : b == GemmBackend::Avx512 ? "avx512" : "scalar";
+}
+
+// Worst |y - ref| / (sum_k |x w| + tiny) over all outputs.
+double worst_rel(const std::vector<float>& y, const std::vector<float>& ref, const std::vector<float>& x,
+                 const std::vector<float>& wf, int64_t m, int64_t k, int64_t n) {
+    double worst = 0;
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            double mag = 0;
+            for (int64_t t = 0; t < k; ++t) mag += std::fabs(double(x[i * k + t]) * wf[j * k + t]);
+            worst = std::max(worst, std::fabs(double(y[i * n + j]) - ref[i * n + j]) / (mag + 1e-30));
+        }
+    return worst;
+}
+
+void check_bf16_weights(int64_t m, int64_t k, int64_t n, bool with_bias, uint32_t seed) {
+    std::mt19937 rng(seed);
+    auto x = randn(m * k, rng, 1.5f);
+    auto wf = randn(n * k, rng, 0.05f);
+    std::vector<uint16_t> w(wf.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+        w[i] = f32_to_bf16(wf[i]);
+        wf[i] = bf16_to_f32(w[i]);
+    }
+    auto bias = randn(n, rng, 0.1f);
+    const float* b = with_bias ? bias.data() : nullptr;
+    std::vector<float> ref(m * n);
+    ops::linear_bf16(x.data(), m, k, w.data(), n, b, ref.data());
+    // Without the bias for the relative bound's denominator; the bias is exact in both.
+    for (GemmBackend be : backends(WeightType::BF16)) {
+        SCOPED_TRACE(testing::Message() << name(be) << " m=" << m << " k=" << k << " n=" << n);
+        PackedLinear lin({w.data(), WeightType::BF16}, n, k, be);
+        EXPECT_EQ(lin.n(), n);
+        EXPECT_EQ(lin.k(), k);
+        std::vector<float> y(m * n, -1.f);
+        lin.forward(x.data(), m, y.data(), Precision::Exact, b);
+        EXPECT_LT(worst_rel(y, ref, x, wf, m, k, n), 1e-5);
+        std::fill(y.begin(), y.end(), -1.f);
+        lin.forward(x.data(), m, y.data(), Precision::BF16, b);
+        const double rel = worst_rel(y, ref, x, wf, m, k, n);
+        EXPECT_LT(rel, 4e-3);
+        if (m * k >= 64) {
+            EXPECT_GT(rel, 1e-5) << "BF16 mode should round the activations";
+        }
+    }
+}
+
+TEST(PackedLinear, OddShapes) {
+    uint32_t seed = 1;
+    for (int64_t m : {1, 7, 64, 513})
+        for (int64_t k : {13, 64, 100})
+            for (int64_t n : {1, 3, 100}) {
+                check_bf16_weights(m, k, n, (seed & 1) != 0, seed);
+                ++seed;
+            }
+}
+
+TEST(PackedLinear, TinyModelShapes) {
+    // hidden 64, intermediate 128, q+gate 4*32*2, kv 2*32, linear-attention qkv 2*16*2 + 4*16, z 64, vocab 320.
+    const int64_t shapes[][2] = {{64, 256}, {64, 64}, {64, 128}, {128, 64}, {256, 64}, {64, 128}, {64, 320}};
+    uint32_t seed = 100;
+    for (int64_t m : {1, 37, 300})
+        for (auto& s : shapes) check_bf16_weights(m, s[0], s[1], false, seed++);
+}
+
+TEST(PackedLinear, LargeK) { check_bf16_weights(9, 4099, 70, true, 7); }
+
+TEST(PackedLinear, F32AndF16Weights) {
+    std::mt19937 rng(5);
+    const int64_t m = 11, k = 77, n = 45;
+    auto x = randn(m * k, rng);
+    auto wf = randn(n * k, rng, 0.1f);
+    std::vector<uint16_t> wh(wf.size());
+    std::vector<float> whf(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i) {
+        wh[i] = f32_to_f16(wf[i]);
+        whf[i] = f16_to_f32(wh[i]);
+    }
+    std::vector<float> ref32(m * n), ref16(m * n);
+    ops::linear(x.data(), m, k, wf.data(), n, nullptr, ref32.data());
+    ops::linear(x.data(), m, k, whf.data(), n, nullptr, ref16.data());
+    for (GemmBackend be : backends(WeightType::F32)) {
+        SCOPED_TRACE(name(be));
+        std::vector<float> y(m * n);
+        PackedLinear l32({wf.data(), WeightType::F32}, n, k, be);
+        l32.forward(x.data(), m, y.data(), Precision::Exact);
+        EXPECT_LT(worst_rel(y, ref32, x, wf, m, k, n), 1e-5);
+        PackedLinear l16({wh.data(), WeightType::F16}, n, k, be);
+        l16.forward(x.data(), m, y.data(), Precision::Exact);
+        EXPECT_LT(worst_rel(y, ref16, x, whf, m, k, n), 1e-5);
+        l16.forward(x.data(), m, y.data(), Precision::BF16);
+        EXPECT_LT(worst_rel(y, ref16, x, whf, m, k, n), 4e-3);
+    }
+}
+
+TEST(PackedLinear, RowProviderEqualsTensor) {
+    std::mt19937 rng(9);
+    const int64_t m = 20, k = 96, n = 75;
+    auto x = randn(m * k, rng);
+    std::vector<uint16_t> w(n * k);
+    for (auto& v : w) v = f32_to_bf16(std::normal_distribution<float>(0.f, 0.1f)(rng));
+    int calls = 0;
+    ops::RowProvider rows = [&](int64_t r0, int64_t nr, uint16_t* out) {
+        ++calls;
+        ASSERT_LE(r0 + nr, n);
+        std::copy(w.begin() + r0 * k, w.begin() + (r0 + nr) * k, out);
+    };
+    for (GemmBackend be : backends(WeightType::BF16)) {
+        SCOPED_TRACE(name(be));
+        PackedLinear a({w.data(), WeightType::BF16}, n, k, be), b(rows, n, k, be);
+        std::vector<float> ya(m * n), yb(m * n);
+        for (Precision p : {Precision::Exact, Precision::BF16}) {
+            a.forward(x.data(), m, ya.data(), p);
+            b.forward(x.data(), m, yb.data(), p);
+            EXPECT_EQ(ya, yb);
+        }
+        EXPECT_GE(b.packed_bytes(), size_t(n * k * 2));
+        EXPECT_LE(b.packed_bytes(), size_t((n + 64) * (k + 64) * 2));
+    }
+    EXPECT_GT(calls, 0);
+}
+
+TEST(PackedLinear, RepeatedCallsAndMoves) {
+    std::mt19937 rng(3);
+    const int64_t k = 40, n = 33;
+    std::vector<uint16_t> w(n * k);
+    for (auto& v : w) v = f32_to_bf16(std::normal_distribution<float>(0.f, 0.1f)(rng));
+    PackedLinear lin({w.data(), WeightType::BF16}, n, k);
+    PackedLinear moved = std::move(lin);
+    EXPECT_TRUE(lin.empty());
+    for (int64_t m : {5, 300, 5, 1}) {
+        auto x = randn(m * k, rng);
+        std::vector<float> y(m * n), ref(m * n);
+        ops::linear_bf16(x.data(), m, k, w.data(), n, nullptr, ref.data());
+        moved.forward(x.data(), m, y.data(), Precision::Exact);
+        for (int64_t i = 0; i < m * n; ++i) EXPECT_NEAR(y[i], ref[i], 1e-5);
+    }
+    moved.forward(nullptr, 0, nullptr, Precision::Exact);  // m == 0: no-op
+}
+
+TEST(PackedLinear, BadInput) {
+    std::vector<uint16_t> w(6);
+    EXPECT_THROW(PackedLinear({w.data(), WeightType::BF16}, 0, 3), Error);
+    EXPECT_THROW(PackedLinear({nullptr, WeightType::BF16}, 2, 3), Error);
+    EXPECT_THROW(PackedLinear(ops::RowProvider{}, 2, 3), Error);
+    PackedLinear empty;
+    float x = 0, y = 0;
+    EXPECT_THROW(empty.forward(&x, 1, &y, Precision::Exact), Error);
+    PackedLinear lin({w.data(), WeightType::BF16}, 2, 3);
+    EXPECT_THROW(lin.forward(&x, -1, &y, Precision::Exact), Error);
+    EXPECT_THROW(lin.forward(nullptr, 1, &y, Precision::Exact), Error);
+    if (!PackedLinear::backend_available(GemmBackend::OneDnn)) {
+        EXPECT_THROW(PackedLinear({w.data(), WeightType::BF16}, 2, 3, GemmBackend::OneDnn), Error);
+    }
+    EXPECT_THROW(PackedLinear({w.data(), WeightType::F16}, 2, 3, GemmBackend::OneDnn), Error);
+}
+
+TEST(Cpu, FeaturesAndThreads) {
+    const auto& f = ops::cpu_features();
+    EXPECT_GE(f.physical_cores, 1);
+    EXPECT_GE(f.logical_cpus, f.physical_cores);
+    EXPECT_FALSE(ops::cpu_features_string().empty());
+    ops::set_num_threads(1);
+    EXPECT_EQ(ops::num_threads(), 1);
+    ops::set_num_threads(0);
+    EXPECT_GE(ops::num_threads(), 1);
+}
+
+}  // namespace
+}  // namespace clef
