@@ -1,9 +1,10 @@
-// PackedLinear on every available backend against the scalar reference ops::linear_bf16 / ops::linear, for both
-// precisions, on odd shapes and on the tiny model's shapes.
+// PackedLinear on every available backend against the scalar reference ops::linear_bf16 / ops::linear, for
+// both precisions, on odd shapes and on the tiny model's shapes.
 //
-// Bounds: Exact must agree with the fp32 reference to 1e-5 relative to sum_k |x_k w_k| (fp32 accumulation in a
-// different order); BF16 rounds the activations once to bf16 (relative error <= 2^-9 per product), so it must
-// agree to 4e-3 of sum_k |x_k w_k| -- and, to show the test can fail, it must NOT agree to the Exact bound.
+// Bounds: Exact must agree with the fp32 reference to 1e-5 relative to sum_k |x_k w_k| (fp32 accumulation in
+// a different order); BF16 rounds the activations once to bf16 (relative error <= 2^-9 per product), so it
+// must agree to 4e-3 of sum_k |x_k w_k| -- and, to show the test can fail, it must NOT agree to the Exact
+// bound.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -98,14 +99,17 @@ TEST(PackedLinear, OddShapes) {
 }
 
 TEST(PackedLinear, TinyModelShapes) {
-    // hidden 64, intermediate 128, q+gate 4*32*2, kv 2*32, linear-attention qkv 2*16*2 + 4*16, z 64, vocab 320.
+    // hidden 64, intermediate 128, q+gate 4*32*2, kv 2*32, linear-attention qkv 2*16*2 + 4*16, z 64, vocab
+    // 320.
     const int64_t shapes[][2] = {{64, 256}, {64, 64}, {64, 128}, {128, 64}, {256, 64}, {64, 128}, {64, 320}};
     uint32_t seed = 100;
     for (int64_t m : {1, 37, 300})
         for (auto& s : shapes) check_bf16_weights(m, s[0], s[1], false, seed++);
 }
 
-TEST(PackedLinear, LargeK) { check_bf16_weights(9, 4099, 70, true, 7); }
+TEST(PackedLinear, LargeK) {
+    check_bf16_weights(9, 4099, 70, true, 7);
+}
 
 TEST(PackedLinear, F32AndF16Weights) {
     std::mt19937 rng(5);

@@ -95,8 +95,8 @@ std::string cpu_features_string() {
     add(f.amx_tile, "amx_tile");
     add(f.amx_bf16, "amx_bf16");
     if (s.empty()) s = "baseline";
-    return s + ", " + std::to_string(f.physical_cores) + " physical cores / " + std::to_string(f.logical_cpus) +
-           " logical CPUs";
+    return s + ", " + std::to_string(f.physical_cores) + " physical cores / " +
+           std::to_string(f.logical_cpus) + " logical CPUs";
 }
 
 int num_threads() {

@@ -25,8 +25,8 @@ constexpr int kMR = 6;   // activation rows per micro-kernel call
 
 #define CLEF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 
-// Branch-free round to nearest even (inputs are finite activations; NaN is kept a NaN by the caller's scalar path
-// never being needed here because overflowing activations already mean a broken model).
+// Branch-free round to nearest even (inputs are finite activations; NaN is kept a NaN by the caller's scalar
+// path never being needed here because overflowing activations already mean a broken model).
 inline uint16_t to_bf16(float f) {
     uint32_t u;
     std::memcpy(&u, &f, 4);
@@ -63,8 +63,12 @@ void round_bf16(const float* x, int64_t count, uint16_t* out) {
 
 // ------------------------------------------------------------------ own kernels on 32-column panels
 
-inline float elem_f32(const float* p, int64_t i) { return p[i]; }
-inline float elem_f32(const uint16_t* p, int64_t i) { return bf16_to_f32(p[i]); }
+inline float elem_f32(const float* p, int64_t i) {
+    return p[i];
+}
+inline float elem_f32(const uint16_t* p, int64_t i) {
+    return bf16_to_f32(p[i]);
+}
 
 // One panel of kNR columns: rows [i0, i0 + rows) of y, columns [j0, j0 + ncols).
 template <class W, bool kIsF16>
@@ -89,7 +93,8 @@ void scalar_block(const float* x, int64_t k, const W* panel, int rows, int ncols
 }
 
 template <int MR, int kType>  // kType: 0 = f32, 1 = bf16, 2 = f16
-CLEF_AVX512 void avx512_block(const float* x, int64_t k, const void* panel_v, int ncols, float* y, int64_t ldy) {
+CLEF_AVX512 void avx512_block(const float* x, int64_t k, const void* panel_v, int ncols, float* y,
+                              int64_t ldy) {
     __m512 acc0[MR], acc1[MR];
     for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
     for (int64_t t = 0; t < k; ++t) {
@@ -135,12 +140,24 @@ template <int kType>
 CLEF_AVX512 void avx512_rows(const float* x, int64_t k, const void* panel, int rows, int ncols, float* y,
                              int64_t ldy) {
     switch (rows) {
-        case 6: avx512_block<6, kType>(x, k, panel, ncols, y, ldy); break;
-        case 5: avx512_block<5, kType>(x, k, panel, ncols, y, ldy); break;
-        case 4: avx512_block<4, kType>(x, k, panel, ncols, y, ldy); break;
-        case 3: avx512_block<3, kType>(x, k, panel, ncols, y, ldy); break;
-        case 2: avx512_block<2, kType>(x, k, panel, ncols, y, ldy); break;
-        default: avx512_block<1, kType>(x, k, panel, ncols, y, ldy); break;
+        case 6:
+            avx512_block<6, kType>(x, k, panel, ncols, y, ldy);
+            break;
+        case 5:
+            avx512_block<5, kType>(x, k, panel, ncols, y, ldy);
+            break;
+        case 4:
+            avx512_block<4, kType>(x, k, panel, ncols, y, ldy);
+            break;
+        case 3:
+            avx512_block<3, kType>(x, k, panel, ncols, y, ldy);
+            break;
+        case 2:
+            avx512_block<2, kType>(x, k, panel, ncols, y, ldy);
+            break;
+        default:
+            avx512_block<1, kType>(x, k, panel, ncols, y, ldy);
+            break;
     }
 }
 
@@ -221,9 +238,12 @@ GemmBackend PackedLinear::auto_backend(WeightType t) {
 bool PackedLinear::backend_available(GemmBackend b, WeightType t) {
     switch (b) {
         case GemmBackend::Auto:
-        case GemmBackend::Scalar: return true;
-        case GemmBackend::Avx512: return cpu_features().has_avx512();
-        case GemmBackend::OneDnn: return t == WeightType::BF16 && is_bf16_hw_impl(dnnl_bf16_impl());
+        case GemmBackend::Scalar:
+            return true;
+        case GemmBackend::Avx512:
+            return cpu_features().has_avx512();
+        case GemmBackend::OneDnn:
+            return t == WeightType::BF16 && is_bf16_hw_impl(dnnl_bf16_impl());
     }
     return false;
 }
@@ -300,7 +320,8 @@ PackedLinear::PackedLinear(WeightRef w, int64_t n, int64_t k, GemmBackend backen
     }
 }
 
-PackedLinear::PackedLinear(const RowProvider& rows, int64_t n, int64_t k, GemmBackend backend) : n_(n), k_(k) {
+PackedLinear::PackedLinear(const RowProvider& rows, int64_t n, int64_t k, GemmBackend backend)
+    : n_(n), k_(k) {
     check_shape(n, k);
     if (!rows) throw Error("PackedLinear: empty row provider");
     impl_ = std::make_unique<Impl>();
@@ -327,9 +348,12 @@ PackedLinear::PackedLinear(const RowProvider& rows, int64_t n, int64_t k, GemmBa
 std::string PackedLinear::backend_name() const {
     if (!impl_) return "empty";
     switch (impl_->backend) {
-        case GemmBackend::OneDnn: return "onednn:" + impl_->impl;
-        case GemmBackend::Avx512: return "avx512";
-        default: return "scalar";
+        case GemmBackend::OneDnn:
+            return "onednn:" + impl_->impl;
+        case GemmBackend::Avx512:
+            return "avx512";
+        default:
+            return "scalar";
     }
 }
 
@@ -373,8 +397,8 @@ void PackedLinear::forward(const float* x, int64_t m, float* y, Precision p, con
                 split3(x + i0 * k, r, k, a, a + r * k, a + 2 * r * k);
                 dnnl::memory am({{3 * r, k}, dt::bf16, tag::ab}, dnnl_engine(), a);
                 dnnl::memory cm({{3 * r, n}, dt::f32, tag::ab}, dnnl_engine(), d);
-                im.primitive(3 * r, k, n).execute(
-                    s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, im.wmem}, {DNNL_ARG_DST, cm}});
+                im.primitive(3 * r, k, n)
+                    .execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, im.wmem}, {DNNL_ARG_DST, cm}});
                 s.wait();
                 float* yb = y + i0 * n;
                 const float* dh = d;

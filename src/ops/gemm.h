@@ -1,14 +1,16 @@
 // Packed linear layers for prefill: y[m][n] = x[m][k] . W[n][k]^T (+ bias), weights packed once at load.
 //
-// Precision::Exact is fp32-accurate (relative error ~1e-6 of sum |x||w|, like ops::linear_bf16): on bf16 hardware
-// (AMX / AVX512_BF16, through oneDNN) the activations are split into three bf16 terms x = hi + mid + lo (each
-// residual is exact in fp32, so the split reproduces x to ~2^-24) and the three products are accumulated in fp32;
-// elsewhere an fp32 FMA micro-kernel converts the packed weights on the fly.
-// Precision::BF16 rounds the activations once to bf16 (round to nearest even) and accumulates in fp32: relative
-// error ~2^-9 per product, i.e. |y - y_ref| <~ 4e-3 * sum_k |x_k w_k| (documented bound used by the tests).
+// Precision::Exact is fp32-accurate (relative error ~1e-6 of sum |x||w|, like ops::linear_bf16): on bf16
+// hardware (AMX / AVX512_BF16, through oneDNN) the activations are split into three bf16 terms x = hi + mid +
+// lo (each residual is exact in fp32, so the split reproduces x to ~2^-24) and the three products are
+// accumulated in fp32; elsewhere an fp32 FMA micro-kernel converts the packed weights on the fly.
+// Precision::BF16 rounds the activations once to bf16 (round to nearest even) and accumulates in fp32:
+// relative error ~2^-9 per product, i.e. |y - y_ref| <~ 4e-3 * sum_k |x_k w_k| (documented bound used by the
+// tests).
 //
 // Backends (chosen at construction, Backend::Auto picks the fastest measured for this machine):
-//   OneDnn  oneDNN matmul (brgemm AMX / avx512_core_bf16) on weights reordered into its blocked layout (bf16);
+//   OneDnn  oneDNN matmul (brgemm AMX / avx512_core_bf16) on weights reordered into its blocked layout
+//   (bf16);
 //           primitives are cached per row count m, so repeated chunk sizes do not re-create them.
 //   Avx512  own fp32 FMA micro-kernel (6 rows x 32 columns) on 32-column panels of bf16/f16/f32 weights.
 //   Scalar  portable loops on the same panels (the fallback on CPUs without AVX-512).
