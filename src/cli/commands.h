@@ -12,5 +12,6 @@ void add_info_command(CLI::App& app);
 void add_decide_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_make_model_command(CLI::App& app);
+void add_convert_command(CLI::App& app);
 
 }  // namespace clef

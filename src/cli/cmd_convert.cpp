@@ -1,0 +1,58 @@
+// `clef convert --model DIR --out FILE.gguf --type f16|bf16|q8_0|q4_k_m|q5_k_m|q6_k [--arch clef|qwen35]`:
+// a publisher-layout model directory to one GGUF file (see model/gguf_model.h and docs/GGUF.md).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "model/gguf_model.h"
+#include "util/error.h"
+
+namespace clef {
+
+namespace {
+
+struct ConvertCliOptions {
+    std::string model, out, type = "bf16", arch = "clef";
+};
+
+void run_convert(const ConvertCliOptions& o) {
+    ConvertOptions opt;
+    if (!parse_gguf_file_type(o.type, opt.type))
+        throw Error("--type '" + o.type + "' is not one of f16, bf16, q8_0, q4_k_m, q5_k_m, q6_k");
+    opt.arch = o.arch;
+    const bool tty = isatty(fileno(stderr));
+    if (tty)
+        opt.progress = [](uint64_t done, uint64_t total) {
+            const int width = 40;
+            const double f = total ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
+            const int fill = static_cast<int>(f * width);
+            std::fprintf(stderr, "\r[%s%s] %5.1f%% %8.1f / %.1f MiB", std::string(fill, '#').c_str(),
+                         std::string(width - fill, ' ').c_str(), 100 * f, done / 1048576.0, total / 1048576.0);
+            std::fflush(stderr);
+        };
+    const ConvertSummary s = convert_to_gguf(o.model, o.out, opt);
+    if (tty) std::fprintf(stderr, "\n");
+    std::printf("%s: %llu tensors, %llu bytes (%s, arch %s):", o.out.c_str(),
+                static_cast<unsigned long long>(s.tensors), static_cast<unsigned long long>(s.bytes),
+                gguf_file_type_name(opt.type), opt.arch.c_str());
+    for (const auto& [t, n] : s.tensors_per_type) std::printf(" %s=%llu", t.c_str(), static_cast<unsigned long long>(n));
+    std::printf("\n");
+}
+
+}  // namespace
+
+void add_convert_command(CLI::App& app) {
+    auto opt = std::make_shared<ConvertCliOptions>();
+    CLI::App* cmd = app.add_subcommand("convert", "Convert a model directory to a GGUF file (optionally quantised)");
+    cmd->add_option("--model,-m", opt->model, "Model directory in the publisher layout")->required();
+    cmd->add_option("--out,-o", opt->out, "Output .gguf file")->required();
+    cmd->add_option("--type,-t", opt->type, "f16, bf16, q8_0, q4_k_m, q5_k_m or q6_k (default bf16)");
+    cmd->add_option("--arch", opt->arch, "clef (backbone + head, default) or qwen35 (backbone only)");
+    cmd->callback([opt]() { run_convert(*opt); });
+}
+
+}  // namespace clef
