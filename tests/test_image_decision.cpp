@@ -21,6 +21,7 @@
 #include "decision/request.h"
 #include "image/base64.h"
 #include "image/source.h"
+#include "model/make_model.h"
 #include "model/vision.h"
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
@@ -250,6 +251,28 @@ TEST(ImageDecision, ImagePadInStateIsRefused) {
     // Without images the literal pad is plain text (the reference runs the text model only).
     req.decoded_images.clear();
     EXPECT_NO_THROW(engine().prepare(req));
+}
+
+TEST(ImageDecision, ModelWithoutVisionTowerRefusesImages) {
+    const std::string dir = ::testing::TempDir() + "/clef_tiny_no_vision";
+    MakeModelOptions mk;
+    mk.preset = "tiny";
+    mk.vision = false;
+    make_model(mk, dir);
+    EXPECT_FALSE(VisionTower::in_model_dir(dir));
+    const std::unique_ptr<Engine> e = Engine::load(dir);
+    EXPECT_EQ(e->vision(), nullptr);
+    DecisionRequest req;
+    std::vector<RequestError> errors;
+    ASSERT_TRUE(parse_case_request(image_case("image_single_png"), req, errors));
+    try {
+        e->prepare(req);
+        ADD_FAILURE() << "expected ImageError";
+    } catch (const ImageError& err) {
+        EXPECT_NE(std::string(err.what()).find("no vision tower"), std::string::npos) << err.what();
+    }
+    req.decoded_images.clear();
+    EXPECT_NO_THROW(e->decide(req));
 }
 
 TEST(ImageDecision, RequestValidationOfImages) {
