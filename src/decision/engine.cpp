@@ -1,15 +1,24 @@
 #include "decision/engine.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include "decision/media.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
 #include "model/gguf_model.h"
 #include "model/head.h"
 #include "model/vision.h"
+#include "ops/cpu.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
 namespace clef {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+}  // namespace
 
 Engine::~Engine() = default;
 
@@ -121,6 +130,8 @@ Decision Engine::decide(const DecisionRequest& req, const DecideOptions& opt, bo
 }
 
 Decision Engine::run(const Prepared& p, const DecideOptions& opt, bool keep_hidden) const {
+    const auto t_start = Clock::now();
+    if (opt.threads > 0) ops::set_num_threads(opt.threads);
     const DecisionRequest& req = p.request;
     Decision d;
     d.prompt = p.prompt;
@@ -138,22 +149,50 @@ Decision Engine::run(const Prepared& p, const DecideOptions& opt, bool keep_hidd
         hq.push_back(std::move(h));
     }
 
-    std::vector<float> hidden;
-    if (p.images.empty()) {
-        hidden = backbone_->forward(ids, opt.backbone);
-    } else {
-        // Text embeddings, then the pads' rows replaced by the vision tower's output, then MRoPE positions.
+    // Chunked prefill: embeddings (with the vision tower's rows substituted for image pads), the backbone
+    // chunk by chunk (conv, delta-rule and K/V state carried along), each chunk's last hidden states streamed
+    // into the head's feature builder.
+    const int64_t H = backbone_->config().hidden_size;
+    DecisionProfile* prof = opt.profile;
+    std::vector<float> x_all;  // [T][hidden], only with images
+    if (!p.images.empty()) {
+        const auto tv = Clock::now();
         std::vector<std::vector<float>> features;
         for (const ProcessedImage& img : p.images) {
             const std::vector<float> pv = pixel_values(img, image_processor_);
             features.push_back(vision_->forward(pv.data(), img.grid_t, img.grid_h, img.grid_w));
         }
-        std::vector<float> x = backbone_->embed(ids);
-        substitute_image_embeddings(x, backbone_->config().hidden_size, p.mm_token_type_ids, features);
-        hidden = backbone_->forward_embeddings(x, T, p.position_ids.data(), opt.backbone);
+        x_all = backbone_->embed(ids);
+        substitute_image_embeddings(x_all, H, p.mm_token_type_ids, features);
+        if (prof) prof->vision += seconds_since(tv);
     }
-    d.logits = head_->logits(hidden.data(), T, ids, hq);
-    if (keep_hidden) d.last_hidden_state = std::move(hidden);
+    HeadFeatureBuilder builder(*head_, T, ids, hq);
+    BackboneState state = backbone_->start();
+    const int64_t chunk = opt.backbone.prefill_chunk > 0 ? opt.backbone.prefill_chunk : std::max<int64_t>(T, 1);
+    std::vector<float> buf(static_cast<size_t>(std::min(chunk, T) * H));
+    if (keep_hidden) d.last_hidden_state.resize(static_cast<size_t>(T * H));
+    for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+        const int64_t n = std::min(chunk, T - t0);
+        const auto tb = Clock::now();
+        if (x_all.empty())
+            backbone_->embed_into(ids.data() + t0, n, buf.data());
+        else
+            std::copy_n(x_all.data() + t0 * H, n * H, buf.data());
+        backbone_->forward_chunk(state, buf.data(), n, p.position_ids.empty() ? nullptr : p.position_ids.data() + t0,
+                                 T, opt.backbone, buf.data(), nullptr, prof ? &prof->backbone : nullptr);
+        const auto th = Clock::now();
+        if (prof) prof->backbone_total += std::chrono::duration<double>(th - tb).count();
+        builder.add_rows(buf.data(), n);
+        if (prof) prof->head_features += seconds_since(th);
+        if (keep_hidden) std::copy_n(buf.data(), n * H, d.last_hidden_state.data() + t0 * H);
+    }
+    state = {};
+    const auto tf = Clock::now();
+    HeadFeatures features = builder.finish();
+    if (prof) prof->head_features += seconds_since(tf);
+    const auto td = Clock::now();
+    d.logits = head_->decide(features, hq);
+    if (prof) prof->head_decide += seconds_since(td);
 
     JsonValue answers = JsonValue::object();
     for (size_t i = 0; i < d.logits.size(); ++i) {
@@ -198,6 +237,7 @@ Decision Engine::run(const Prepared& p, const DecideOptions& opt, bool keep_hidd
         dbg.set("questions", JsonValue::array(std::move(qs)));
         d.response.set("debug", std::move(dbg));
     }
+    if (opt.profile) opt.profile->total += seconds_since(t_start);
     return d;
 }
 

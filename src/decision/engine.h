@@ -23,12 +23,27 @@ class Checkpoint;
 class SafetensorsFile;
 class VisionTower;
 
+// Wall-clock seconds of the parts of run(), accumulated over calls.
+struct DecisionProfile {
+    BackboneProfile backbone;  // per kind of backbone work
+    double backbone_total = 0;  // embedding + every forward_chunk
+    double vision = 0;          // vision tower (requests with images)
+    double head_features = 0;   // HeadFeatureBuilder::add_rows + finish
+    double head_decide = 0;     // JointHead::decide
+    double total = 0;           // the whole run()
+};
+
 struct DecideOptions {
     int max_length = 16384;
     bool debug = false;  // add the "debug" object to the response
     AnswerOptions answers;
+    // Backbone path and precision (reference oracle or fast path, Exact or BF16 activations) and the prefill
+    // chunk length: the prompt runs through the backbone chunk by chunk and each chunk's last hidden states go
+    // straight to the head's feature builder, so activation memory is O(chunk).
     BackboneOptions backbone;
+    int threads = 0;             // OpenMP threads for the kernels (ops::set_num_threads); 0 = leave as is
     bool keep_segments = false;  // fill the prompt's segments (debugging and tests)
+    DecisionProfile* profile = nullptr;  // when set, run() adds its timings (bench, profiling)
 };
 
 struct Decision {

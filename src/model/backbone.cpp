@@ -1,7 +1,9 @@
 #include "model/backbone.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "ops/basic.h"
@@ -9,6 +11,7 @@
 #include "ops/delta_rule.h"
 #include "ops/rope.h"
 #include "util/error.h"
+#include "util/half.h"
 
 namespace clef {
 
@@ -78,7 +81,96 @@ ops::RopeParams rope_params(const TextConfig& c) {
     return p;
 }
 
+// Seconds since t0, added to *slot when profiling.
+struct Timer {
+    double* slot;
+    std::chrono::steady_clock::time_point t0;
+    explicit Timer(double* s) : slot(s), t0(s ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{}) {}
+    ~Timer() {
+        if (slot) *slot += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+};
+
+void row_to_f32(DType dt, const unsigned char* src, int64_t n, float* dst) {
+    switch (dt) {
+        case DType::F32:
+            std::memcpy(dst, src, n * sizeof(float));
+            return;
+        case DType::BF16:
+            for (int64_t i = 0; i < n; ++i) {
+                uint16_t h;
+                std::memcpy(&h, src + 2 * i, 2);
+                dst[i] = bf16_to_f32(h);
+            }
+            return;
+        case DType::F16:
+            for (int64_t i = 0; i < n; ++i) {
+                uint16_t h;
+                std::memcpy(&h, src + 2 * i, 2);
+                dst[i] = f16_to_f32(h);
+            }
+            return;
+        case DType::F64:
+            for (int64_t i = 0; i < n; ++i) {
+                double d;
+                std::memcpy(&d, src + 8 * i, 8);
+                dst[i] = static_cast<float>(d);
+            }
+            return;
+        default:
+            throw Error("row_to_f32: not a float dtype");
+    }
+}
+
 }  // namespace
+
+// One projection matrix [rows][cols] (PyTorch [out][in]). The fast path runs an ops::PackedLinear packed once
+// at load from the mapped weight (no fp32 copy); the reference path reads BF16 straight from the mapped file
+// (converted on the fly by ops::linear_bf16) and keeps fp32 copies of other dtypes (small models).
+class Backbone::Linear {
+public:
+    explicit Linear(const TensorView& t) : rows_(t.shape[0]), cols_(t.shape[1]) {
+        const bool aligned = reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0;
+        if (t.dtype == DType::BF16 && reinterpret_cast<uintptr_t>(t.data) % alignof(uint16_t) == 0) {
+            bf16_ = reinterpret_cast<const uint16_t*>(t.data);
+            packed_ = ops::PackedLinear({t.data, ops::WeightType::BF16}, rows_, cols_);
+        } else {
+            f32_ = t.to_f32();
+            if (t.dtype == DType::F16 && aligned)
+                packed_ = ops::PackedLinear({t.data, ops::WeightType::F16}, rows_, cols_);
+            else
+                packed_ = ops::PackedLinear({f32_.data(), ops::WeightType::F32}, rows_, cols_);
+        }
+    }
+    int64_t rows() const { return rows_; }
+    int64_t cols() const { return cols_; }
+
+    // y[m][rows] = x[m][cols] · Wᵀ
+    void forward(const float* x, int64_t m, float* y, const BackboneOptions& opt) const {
+        if (m == 0) return;
+        if (!opt.reference)
+            packed_.forward(x, m, y, opt.precision);
+        else if (bf16_)
+            ops::linear_bf16(x, m, cols_, bf16_, rows_, nullptr, y);
+        else
+            ops::linear(x, m, cols_, f32_.data(), rows_, nullptr, y);
+    }
+
+private:
+    int64_t rows_, cols_;
+    const uint16_t* bf16_ = nullptr;
+    std::vector<float> f32_;
+    ops::PackedLinear packed_;
+};
+
+struct Backbone::Ctx {
+    const BackboneOptions& opt;
+    BackboneProfile* prof;
+    std::vector<float> cos, sin;  // [T][rotary_dim/2] for this chunk
+    double* slot(double BackboneProfile::* m) const { return prof ? &(prof->*m) : nullptr; }
+};
+
+Backbone::~Backbone() = default;
 
 Backbone::Backbone(const TextConfig& cfg, const Checkpoint& ckpt) : cfg_(cfg) {
     check_config(cfg_);
@@ -91,7 +183,7 @@ Backbone::Backbone(const TextConfig& cfg, const Checkpoint& ckpt) : cfg_(cfg) {
                     ": no text backbone (neither model.language_model.embed_tokens.weight nor "
                     "model.embed_tokens.weight)");
 
-    auto load = [&](const std::string& name, std::vector<int64_t> shape) {
+    auto get = [&](const std::string& name, const std::vector<int64_t>& shape) -> const TensorView& {
         const TensorView& t = ckpt.get(prefix_ + name);
         if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16 && t.dtype != DType::F64)
             throw Error(ckpt.description() + ": tensor " + t.name + ": dtype " +
@@ -99,11 +191,20 @@ Backbone::Backbone(const TextConfig& cfg, const Checkpoint& ckpt) : cfg_(cfg) {
         if (t.shape != shape)
             throw Error(ckpt.description() + ": tensor " + t.name + ": shape " + shape_str(t.shape) +
                         " does not match the config (expected " + shape_str(shape) + ")");
-        return t.to_f32();
+        return t;
+    };
+    auto load = [&](const std::string& name, const std::vector<int64_t>& shape) {
+        return get(name, shape).to_f32();
+    };
+    auto linear = [&](const std::string& name, const std::vector<int64_t>& shape) {
+        linears_.push_back(std::make_unique<Linear>(get(name, shape)));
+        return linears_.back().get();
     };
 
     const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
-    embed_tokens_ = load("embed_tokens.weight", {cfg_.vocab_size, H});
+    const TensorView& emb = get("embed_tokens.weight", {cfg_.vocab_size, H});
+    embed_data_ = emb.data;
+    embed_dtype_ = emb.dtype;
     final_norm_ = load("norm.weight", {H});
     layers_.resize(cfg_.num_layers);
     for (int l = 0; l < cfg_.num_layers; ++l) {
@@ -112,9 +213,9 @@ Backbone::Backbone(const TextConfig& cfg, const Checkpoint& ckpt) : cfg_(cfg) {
         L.type = cfg_.layer_types[l];
         L.input_layernorm = load(p + "input_layernorm.weight", {H});
         L.post_attention_layernorm = load(p + "post_attention_layernorm.weight", {H});
-        L.gate_proj = load(p + "mlp.gate_proj.weight", {I, H});
-        L.up_proj = load(p + "mlp.up_proj.weight", {I, H});
-        L.down_proj = load(p + "mlp.down_proj.weight", {H, I});
+        L.gate_proj = linear(p + "mlp.gate_proj.weight", {I, H});
+        L.up_proj = linear(p + "mlp.up_proj.weight", {I, H});
+        L.down_proj = linear(p + "mlp.down_proj.weight", {H, I});
         if (L.type == LayerType::LinearAttention) {
             const int64_t Hv = cfg_.linear_num_value_heads;
             const int64_t key_dim = int64_t{cfg_.linear_num_key_heads} * cfg_.linear_key_head_dim;
@@ -122,11 +223,11 @@ Backbone::Backbone(const TextConfig& cfg, const Checkpoint& ckpt) : cfg_(cfg) {
             const int64_t conv_dim = 2 * key_dim + value_dim;
             GdnWeights& w = L.gdn;
             const std::string q = p + "linear_attn.";
-            w.in_proj_qkv = load(q + "in_proj_qkv.weight", {conv_dim, H});
-            w.in_proj_z = load(q + "in_proj_z.weight", {value_dim, H});
-            w.in_proj_a = load(q + "in_proj_a.weight", {Hv, H});
-            w.in_proj_b = load(q + "in_proj_b.weight", {Hv, H});
-            w.out_proj = load(q + "out_proj.weight", {H, value_dim});
+            w.in_proj_qkv = linear(q + "in_proj_qkv.weight", {conv_dim, H});
+            w.in_proj_z = linear(q + "in_proj_z.weight", {value_dim, H});
+            w.in_proj_a = linear(q + "in_proj_a.weight", {Hv, H});
+            w.in_proj_b = linear(q + "in_proj_b.weight", {Hv, H});
+            w.out_proj = linear(q + "out_proj.weight", {H, value_dim});
             w.conv1d = load(q + "conv1d.weight", {conv_dim, 1, cfg_.linear_conv_kernel});
             w.A_log = load(q + "A_log", {Hv});
             w.dt_bias = load(q + "dt_bias", {Hv});
@@ -139,31 +240,50 @@ Backbone::Backbone(const TextConfig& cfg, const Checkpoint& ckpt) : cfg_(cfg) {
             const int64_t kvrows = int64_t{cfg_.num_kv_heads} * hd;
             AttentionWeights& w = L.attn;
             const std::string q = p + "self_attn.";
-            w.q_proj = load(q + "q_proj.weight", {qrows, H});
-            w.k_proj = load(q + "k_proj.weight", {kvrows, H});
-            w.v_proj = load(q + "v_proj.weight", {kvrows, H});
-            w.o_proj = load(q + "o_proj.weight", {H, int64_t{cfg_.num_heads} * hd});
+            w.q_proj = linear(q + "q_proj.weight", {qrows, H});
+            w.k_proj = linear(q + "k_proj.weight", {kvrows, H});
+            w.v_proj = linear(q + "v_proj.weight", {kvrows, H});
+            w.o_proj = linear(q + "o_proj.weight", {H, int64_t{cfg_.num_heads} * hd});
             w.q_norm = load(q + "q_norm.weight", {hd});
             w.k_norm = load(q + "k_norm.weight", {hd});
         }
     }
 }
 
-std::vector<float> Backbone::embed(const std::vector<int32_t>& ids) const {
+void Backbone::embed_into(const int32_t* ids, int64_t n, float* out) const {
     const int64_t H = cfg_.hidden_size;
-    std::vector<float> out(ids.size() * H);
-    for (size_t t = 0; t < ids.size(); ++t) {
+    const size_t row_bytes = static_cast<size_t>(H) * dtype_size(embed_dtype_);
+    for (int64_t t = 0; t < n; ++t) {
         const int32_t id = ids[t];
         if (id < 0 || id >= cfg_.vocab_size)
             throw Error("embed: token id " + std::to_string(id) + " at position " + std::to_string(t) +
                         " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
-        std::copy_n(embed_tokens_.data() + id * H, H, out.data() + t * H);
+        row_to_f32(embed_dtype_, embed_data_ + static_cast<size_t>(id) * row_bytes, H, out + t * H);
     }
+}
+
+std::vector<float> Backbone::embed(const std::vector<int32_t>& ids) const {
+    std::vector<float> out(ids.size() * cfg_.hidden_size);
+    embed_into(ids.data(), static_cast<int64_t>(ids.size()), out.data());
     return out;
 }
 
 std::vector<float> Backbone::forward(const std::vector<int32_t>& ids, const BackboneOptions& opt) const {
     return forward_embeddings(embed(ids), static_cast<int64_t>(ids.size()), nullptr, opt);
+}
+
+BackboneState Backbone::start() const {
+    BackboneState s;
+    s.layers.resize(cfg_.num_layers);
+    for (int l = 0; l < cfg_.num_layers; ++l) {
+        if (layers_[l].type != LayerType::LinearAttention) continue;
+        const int64_t key_dim = int64_t{cfg_.linear_num_key_heads} * cfg_.linear_key_head_dim;
+        const int64_t conv_dim = 2 * key_dim + int64_t{cfg_.linear_num_value_heads} * cfg_.linear_value_head_dim;
+        s.layers[l].conv.assign((cfg_.linear_conv_kernel - 1) * conv_dim, 0.f);
+        s.layers[l].delta.assign(
+            int64_t{cfg_.linear_num_value_heads} * cfg_.linear_key_head_dim * cfg_.linear_value_head_dim, 0.f);
+    }
+    return s;
 }
 
 std::vector<float> Backbone::forward_embeddings(const std::vector<float>& x, int64_t T,
@@ -173,57 +293,79 @@ std::vector<float> Backbone::forward_embeddings(const std::vector<float>& x, int
     if (T < 0 || static_cast<int64_t>(x.size()) != T * H)
         throw Error("forward_embeddings: input has " + std::to_string(x.size()) +
                     " values, expected T*hidden = " + std::to_string(T) + "*" + std::to_string(H));
+    std::vector<float> out(static_cast<size_t>(T * H));
+    BackboneState st = start();
+    const int64_t chunk = (trace || opt.prefill_chunk <= 0) ? std::max<int64_t>(T, 1) : opt.prefill_chunk;
+    for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+        const int64_t n = std::min(chunk, T - t0);
+        forward_chunk(st, x.data() + t0 * H, n, positions ? positions + t0 : nullptr, T, opt,
+                      out.data() + t0 * H, trace);
+    }
+    return out;
+}
+
+void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const int32_t* positions,
+                             int64_t positions_stride, const BackboneOptions& opt, float* out,
+                             BackboneTrace* trace, BackboneProfile* profile) const {
+    const int64_t H = cfg_.hidden_size;
+    if (T < 0) throw Error("forward_chunk: negative token count");
+    if (static_cast<int>(st.layers.size()) != cfg_.num_layers)
+        throw Error("forward_chunk: the state was not made by this backbone's start()");
+    if (trace) trace->layers.assign(cfg_.num_layers, {});
+    if (T == 0) return;
     const size_t n = static_cast<size_t>(T * H);
+    Ctx c{opt, profile, {}, {}};
 
-    // RoPE tables, shared by every attention layer.
-    std::vector<float> cos, sin;
+    // RoPE tables for this chunk, shared by every attention layer.
     if (count_layers(cfg_, LayerType::FullAttention) > 0) {
-        std::vector<int32_t> text_pos;
-        if (!positions) {
-            text_pos.resize(3 * T);
-            for (int a = 0; a < 3; ++a)
-                for (int64_t t = 0; t < T; ++t) text_pos[a * T + t] = static_cast<int32_t>(t);
-            positions = text_pos.data();
-        }
+        std::vector<int32_t> pos(3 * T);
+        for (int a = 0; a < 3; ++a)
+            for (int64_t t = 0; t < T; ++t)
+                pos[a * T + t] =
+                    positions ? positions[a * positions_stride + t] : static_cast<int32_t>(st.position + t);
         const int half = cfg_.rotary_dim / 2;
-        cos.resize(T * half);
-        sin.resize(T * half);
-        ops::rope_tables(rope_params(cfg_), positions, T, cos.data(), sin.data());
+        c.cos.resize(T * half);
+        c.sin.resize(T * half);
+        ops::rope_tables(rope_params(cfg_), pos.data(), T, c.cos.data(), c.sin.data());
     }
 
-    if (trace) {
-        trace->layers.assign(cfg_.num_layers, {});
-    }
-
-    std::vector<float> h(x), xn(n), mix(n);
+    std::vector<float> h(x, x + n), xn(n), mix(n);
     for (int l = 0; l < cfg_.num_layers; ++l) {
         const Layer& L = layers_[l];
         const bool internals =
             trace && std::find(trace->internals_for_layers.begin(), trace->internals_for_layers.end(), l) !=
                          trace->internals_for_layers.end();
-        ops::rms_norm_zc(h.data(), T, H, L.input_layernorm.data(), cfg_.rms_norm_eps, xn.data());
+        {
+            Timer tm(c.slot(&BackboneProfile::norms));
+            ops::rms_norm_zc(h.data(), T, H, L.input_layernorm.data(), cfg_.rms_norm_eps, xn.data());
+        }
         if (trace) trace->layers[l].input_norm = xn;
         if (L.type == LayerType::LinearAttention)
-            gdn_mixer(L, xn.data(), T, opt, mix.data(), internals ? &trace->layers[l].gdn : nullptr);
+            gdn_mixer(L, st.layers[l], xn.data(), T, c, mix.data(), internals ? &trace->layers[l].gdn : nullptr);
         else
-            attention_mixer(L, xn.data(), T, cos.data(), sin.data(), mix.data(),
+            attention_mixer(L, st.layers[l], xn.data(), T, c, mix.data(),
                             internals ? &trace->layers[l].attention : nullptr);
         if (trace) trace->layers[l].mixer_out = mix;
-        add_inplace(h.data(), mix.data(), n);
-        ops::rms_norm_zc(h.data(), T, H, L.post_attention_layernorm.data(), cfg_.rms_norm_eps, xn.data());
-        mlp(L, xn.data(), T, mix.data());
-        add_inplace(h.data(), mix.data(), n);
+        {
+            Timer tm(c.slot(&BackboneProfile::norms));
+            add_inplace(h.data(), mix.data(), n);
+            ops::rms_norm_zc(h.data(), T, H, L.post_attention_layernorm.data(), cfg_.rms_norm_eps, xn.data());
+        }
+        mlp(L, xn.data(), T, c, mix.data());
+        {
+            Timer tm(c.slot(&BackboneProfile::norms));
+            add_inplace(h.data(), mix.data(), n);
+        }
         if (trace) trace->layers[l].layer_out = h;
     }
-    std::vector<float> out(n);
-    ops::rms_norm_zc(h.data(), T, H, final_norm_.data(), cfg_.rms_norm_eps, out.data());
-    return out;
+    Timer tm(c.slot(&BackboneProfile::norms));
+    ops::rms_norm_zc(h.data(), T, H, final_norm_.data(), cfg_.rms_norm_eps, out);
+    st.position += T;
 }
 
-void Backbone::gdn_mixer(const Layer& L, const float* xn, int64_t T, const BackboneOptions& opt, float* out,
-                         BackboneTrace::Gdn* tr) const {
+void Backbone::gdn_mixer(const Layer& L, BackboneState::Layer& S, const float* xn, int64_t T, Ctx& c,
+                         float* out, BackboneTrace::Gdn* tr) const {
     const GdnWeights& w = L.gdn;
-    const int64_t H = cfg_.hidden_size;
     const int Hk = cfg_.linear_num_key_heads, Hv = cfg_.linear_num_value_heads;
     const int dk = cfg_.linear_key_head_dim, dv = cfg_.linear_value_head_dim;
     const int64_t key_dim = int64_t{Hk} * dk, value_dim = int64_t{Hv} * dv;
@@ -231,58 +373,74 @@ void Backbone::gdn_mixer(const Layer& L, const float* xn, int64_t T, const Backb
 
     // Projections: qkv (convolved), z (output gate), b (beta), a (decay input).
     std::vector<float> qkv(T * conv_dim), conv(T * conv_dim), z(T * value_dim), b(T * Hv), a(T * Hv);
-    ops::linear(xn, T, H, w.in_proj_qkv.data(), conv_dim, nullptr, qkv.data());
-    ops::linear(xn, T, H, w.in_proj_z.data(), value_dim, nullptr, z.data());
-    ops::linear(xn, T, H, w.in_proj_b.data(), Hv, nullptr, b.data());
-    ops::linear(xn, T, H, w.in_proj_a.data(), Hv, nullptr, a.data());
-    ops::causal_conv1d_silu(qkv.data(), T, conv_dim, conv_dim, w.conv1d.data(), cfg_.linear_conv_kernel,
-                            nullptr, nullptr, conv.data(), conv_dim);
-    qkv = {};
-
-    // q, k: L2-normalised per head (q also scaled by 1/sqrt(dk)); v stays in the conv output.
-    std::vector<float> q(T * key_dim), k(T * key_dim);
-    const float q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
-    for (int64_t t = 0; t < T; ++t) {
-        const float* ct = conv.data() + t * conv_dim;
-        ops::l2_norm(ct, Hk, dk, 1e-6f, q_scale, q.data() + t * key_dim);
-        ops::l2_norm(ct + key_dim, Hk, dk, 1e-6f, 1.f, k.data() + t * key_dim);
+    {
+        Timer tm(c.slot(&BackboneProfile::gdn_proj));
+        w.in_proj_qkv->forward(xn, T, qkv.data(), c.opt);
+        w.in_proj_z->forward(xn, T, z.data(), c.opt);
+        w.in_proj_b->forward(xn, T, b.data(), c.opt);
+        w.in_proj_a->forward(xn, T, a.data(), c.opt);
     }
-    // beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias), in place.
-    for (int64_t t = 0; t < T; ++t)
-        for (int h = 0; h < Hv; ++h) {
-            b[t * Hv + h] = ops::sigmoid(b[t * Hv + h]);
-            a[t * Hv + h] = w.neg_exp_A[h] * ops::softplus(a[t * Hv + h] + w.dt_bias[h]);
+    std::vector<float> q(T * key_dim), k(T * key_dim);
+    {
+        Timer tm(c.slot(&BackboneProfile::gdn_conv_gates));
+        ops::causal_conv1d_silu(qkv.data(), T, conv_dim, conv_dim, w.conv1d.data(), cfg_.linear_conv_kernel,
+                                S.conv.data(), S.conv.data(), conv.data(), conv_dim);
+        qkv = {};
+        // q, k: L2-normalised per head (q also scaled by 1/sqrt(dk)); v stays in the conv output.
+        const float q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
+        for (int64_t t = 0; t < T; ++t) {
+            const float* ct = conv.data() + t * conv_dim;
+            ops::l2_norm(ct, Hk, dk, 1e-6f, q_scale, q.data() + t * key_dim);
+            ops::l2_norm(ct + key_dim, Hk, dk, 1e-6f, 1.f, k.data() + t * key_dim);
         }
+        // beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias), in place.
+        for (int64_t t = 0; t < T; ++t)
+            for (int h = 0; h < Hv; ++h) {
+                b[t * Hv + h] = ops::sigmoid(b[t * Hv + h]);
+                a[t * Hv + h] = w.neg_exp_A[h] * ops::softplus(a[t * Hv + h] + w.dt_bias[h]);
+            }
+    }
 
     std::vector<float> o(T * value_dim);
-    ops::DeltaRuleArgs d;
-    d.T = T;
-    d.num_k_heads = Hk;
-    d.num_v_heads = Hv;
-    d.dk = dk;
-    d.dv = dv;
-    d.q = q.data();
-    d.q_stride = key_dim;
-    d.k = k.data();
-    d.k_stride = key_dim;
-    d.v = conv.data() + 2 * key_dim;
-    d.v_stride = conv_dim;
-    d.beta = b.data();
-    d.beta_stride = Hv;
-    d.g = a.data();
-    d.g_stride = Hv;
-    d.out = o.data();
-    d.out_stride = value_dim;
-    if (opt.chunked_delta_rule)
-        ops::gated_delta_rule_chunked(d, 64);
-    else
-        ops::gated_delta_rule_serial(d);
+    {
+        Timer tm(c.slot(&BackboneProfile::delta_rule));
+        ops::DeltaRuleArgs d;
+        d.T = T;
+        d.num_k_heads = Hk;
+        d.num_v_heads = Hv;
+        d.dk = dk;
+        d.dv = dv;
+        d.q = q.data();
+        d.q_stride = key_dim;
+        d.k = k.data();
+        d.k_stride = key_dim;
+        d.v = conv.data() + 2 * key_dim;
+        d.v_stride = conv_dim;
+        d.beta = b.data();
+        d.beta_stride = Hv;
+        d.g = a.data();
+        d.g_stride = Hv;
+        d.out = o.data();
+        d.out_stride = value_dim;
+        d.initial_state = S.delta.data();
+        d.final_state = S.delta.data();
+        if (c.opt.chunked_delta_rule)
+            ops::gated_delta_rule_chunked(d, 64);
+        else
+            ops::gated_delta_rule_serial(d);
+    }
 
     // Gated RMSNorm per value head: norm.weight * rmsnorm(o) * silu(z).
     std::vector<float> y(T * value_dim);
-    ops::rms_norm(o.data(), T * Hv, dv, w.norm.data(), cfg_.rms_norm_eps, y.data());
-    for (int64_t i = 0; i < T * value_dim; ++i) y[i] *= ops::silu(z[i]);
-    ops::linear(y.data(), T, value_dim, w.out_proj.data(), H, nullptr, out);
+    {
+        Timer tm(c.slot(&BackboneProfile::gdn_conv_gates));
+        ops::rms_norm(o.data(), T * Hv, dv, w.norm.data(), cfg_.rms_norm_eps, y.data());
+        for (int64_t i = 0; i < T * value_dim; ++i) y[i] *= ops::silu(z[i]);
+    }
+    {
+        Timer tm(c.slot(&BackboneProfile::gdn_proj));
+        w.out_proj->forward(y.data(), T, out, c.opt);
+    }
 
     if (tr) {
         tr->conv_silu = conv;
@@ -299,43 +457,65 @@ void Backbone::gdn_mixer(const Layer& L, const float* xn, int64_t T, const Backb
     }
 }
 
-void Backbone::attention_mixer(const Layer& L, const float* xn, int64_t T, const float* cos, const float* sin,
+void Backbone::attention_mixer(const Layer& L, BackboneState::Layer& S, const float* xn, int64_t T, Ctx& c,
                                float* out, BackboneTrace::Attention* tr) const {
     const AttentionWeights& w = L.attn;
-    const int64_t H = cfg_.hidden_size;
     const int nh = cfg_.num_heads, nkv = cfg_.num_kv_heads, hd = cfg_.head_dim;
     const int64_t qdim = int64_t{nh} * hd, kvdim = int64_t{nkv} * hd;
     const bool gated = cfg_.attn_output_gate;
     const int64_t qrows = gated ? 2 * qdim : qdim;
 
     std::vector<float> qg(T * qrows), k(T * kvdim), v(T * kvdim);
-    ops::linear(xn, T, H, w.q_proj.data(), qrows, nullptr, qg.data());
-    ops::linear(xn, T, H, w.k_proj.data(), kvdim, nullptr, k.data());
-    ops::linear(xn, T, H, w.v_proj.data(), kvdim, nullptr, v.data());
+    {
+        Timer tm(c.slot(&BackboneProfile::attn_proj));
+        w.q_proj->forward(xn, T, qg.data(), c.opt);
+        w.k_proj->forward(xn, T, k.data(), c.opt);
+        w.v_proj->forward(xn, T, v.data(), c.opt);
+    }
 
     // q_proj rows are per head [query hd | gate hd] when gated.
     std::vector<float> q(T * qdim), gate(gated ? T * qdim : 0);
-    for (int64_t t = 0; t < T; ++t)
-        for (int h = 0; h < nh; ++h) {
-            const float* src = qg.data() + t * qrows + static_cast<int64_t>(h) * hd * (gated ? 2 : 1);
-            std::copy_n(src, hd, q.data() + t * qdim + int64_t{h} * hd);
-            if (gated) std::copy_n(src + hd, hd, gate.data() + t * qdim + int64_t{h} * hd);
-        }
-    qg = {};
-
-    ops::rms_norm_zc(q.data(), T * nh, hd, w.q_norm.data(), cfg_.rms_norm_eps, q.data());
-    ops::rms_norm_zc(k.data(), T * nkv, hd, w.k_norm.data(), cfg_.rms_norm_eps, k.data());
-    ops::rope_apply(q.data(), T, nh, hd, qdim, cfg_.rotary_dim, cos, sin);
-    ops::rope_apply(k.data(), T, nkv, hd, kvdim, cfg_.rotary_dim, cos, sin);
+    {
+        Timer tm(c.slot(&BackboneProfile::attn_rope_norm));
+        for (int64_t t = 0; t < T; ++t)
+            for (int h = 0; h < nh; ++h) {
+                const float* src = qg.data() + t * qrows + static_cast<int64_t>(h) * hd * (gated ? 2 : 1);
+                std::copy_n(src, hd, q.data() + t * qdim + int64_t{h} * hd);
+                if (gated) std::copy_n(src + hd, hd, gate.data() + t * qdim + int64_t{h} * hd);
+            }
+        qg = {};
+        ops::rms_norm_zc(q.data(), T * nh, hd, w.q_norm.data(), cfg_.rms_norm_eps, q.data());
+        ops::rms_norm_zc(k.data(), T * nkv, hd, w.k_norm.data(), cfg_.rms_norm_eps, k.data());
+        ops::rope_apply(q.data(), T, nh, hd, qdim, cfg_.rotary_dim, c.cos.data(), c.sin.data());
+        ops::rope_apply(k.data(), T, nkv, hd, kvdim, cfg_.rotary_dim, c.cos.data(), c.sin.data());
+        S.k.insert(S.k.end(), k.begin(), k.end());
+        S.v.insert(S.v.end(), v.begin(), v.end());
+    }
 
     std::vector<float> attn(T * qdim);
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-    ops::attention(q.data(), qdim, k.data(), kvdim, v.data(), kvdim, T, T, nh, nkv, hd, scale, true,
-                   attn.data(), qdim);
+    const int64_t p0 = static_cast<int64_t>(S.k.size()) / kvdim - T;  // cache rows before this chunk
+    {
+        Timer tm(c.slot(&BackboneProfile::attention));
+        if (p0 == 0) {
+            ops::attention(q.data(), qdim, S.k.data(), kvdim, S.v.data(), kvdim, T, T, nh, nkv, hd, scale, true,
+                           attn.data(), qdim);
+        } else {  // query i sees cache rows 0 .. p0 + i
+            for (int64_t i = 0; i < T; ++i)
+                ops::attention(q.data() + i * qdim, qdim, S.k.data(), kvdim, S.v.data(), kvdim, 1, p0 + i + 1,
+                               nh, nkv, hd, scale, false, attn.data() + i * qdim, qdim);
+        }
+    }
     if (tr) tr->attn = attn;
-    if (gated)
-        for (int64_t i = 0; i < T * qdim; ++i) attn[i] *= ops::sigmoid(gate[i]);
-    ops::linear(attn.data(), T, qdim, w.o_proj.data(), H, nullptr, out);
+    {
+        Timer tm(c.slot(&BackboneProfile::attn_rope_norm));
+        if (gated)
+            for (int64_t i = 0; i < T * qdim; ++i) attn[i] *= ops::sigmoid(gate[i]);
+    }
+    {
+        Timer tm(c.slot(&BackboneProfile::attn_proj));
+        w.o_proj->forward(attn.data(), T, out, c.opt);
+    }
 
     if (tr) {
         tr->q_rope = std::move(q);
@@ -345,13 +525,41 @@ void Backbone::attention_mixer(const Layer& L, const float* xn, int64_t T, const
     }
 }
 
-void Backbone::mlp(const Layer& L, const float* xn, int64_t T, float* out) const {
-    const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
+void Backbone::mlp(const Layer& L, const float* xn, int64_t T, Ctx& c, float* out) const {
+    const int64_t I = cfg_.intermediate_size;
     std::vector<float> gate(T * I), up(T * I);
-    ops::linear(xn, T, H, L.gate_proj.data(), I, nullptr, gate.data());
-    ops::linear(xn, T, H, L.up_proj.data(), I, nullptr, up.data());
-    for (int64_t i = 0; i < T * I; ++i) gate[i] = ops::silu(gate[i]) * up[i];
-    ops::linear(gate.data(), T, I, L.down_proj.data(), H, nullptr, out);
+    {
+        Timer tm(c.slot(&BackboneProfile::mlp_proj));
+        L.gate_proj->forward(xn, T, gate.data(), c.opt);
+        L.up_proj->forward(xn, T, up.data(), c.opt);
+    }
+    {
+        Timer tm(c.slot(&BackboneProfile::mlp_act));
+        for (int64_t i = 0; i < T * I; ++i) gate[i] = ops::silu(gate[i]) * up[i];
+    }
+    Timer tm(c.slot(&BackboneProfile::mlp_proj));
+    L.down_proj->forward(gate.data(), T, out, c.opt);
+}
+
+double backbone_flops(const TextConfig& c, int64_t T) {
+    const double t = static_cast<double>(T), H = c.hidden_size, I = c.intermediate_size;
+    double per_token = 0, quadratic = 0;
+    for (LayerType type : c.layer_types) {
+        per_token += 2 * 3 * H * I;  // gate, up, down
+        if (type == LayerType::LinearAttention) {
+            const double Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads;
+            const double dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
+            const double key_dim = Hk * dk, value_dim = Hv * dv;
+            per_token += 2 * H * (2 * key_dim + value_dim) + 2 * H * value_dim + 2 * 2 * H * Hv;  // in_proj
+            per_token += 2 * value_dim * H;                                                       // out_proj
+            per_token += 7 * Hv * dk * dv;                                                        // delta rule
+        } else {
+            const double hd = c.head_dim, qdim = c.num_heads * hd, kvdim = c.num_kv_heads * hd;
+            per_token += 2 * H * (qdim * (c.attn_output_gate ? 2 : 1) + 2 * kvdim) + 2 * qdim * H;
+            quadratic += 4 * qdim * (t * (t + 1) / 2);
+        }
+    }
+    return per_token * t + quadratic;
 }
 
 }  // namespace clef

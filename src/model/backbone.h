@@ -4,17 +4,53 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "ops/gemm.h"
 
 namespace clef {
 
 struct BackboneOptions {
     bool chunked_delta_rule = true;  // 64-token chunked (WY) delta rule; false = token-serial recurrence
+    // true: the scalar reference ops (the oracle) over weights converted on the fly; false: the fast path.
+    bool reference = false;
+    // Activations of the fast path's projections: Exact (fp32-accurate, the default: bf16 activations break
+    // the reference tolerances) or BF16 (faster, an opt-in; parity deltas in docs/PERFORMANCE.md).
+    ops::Precision precision = ops::Precision::Exact;
+    // Prefill chunk length (tokens per forward_chunk call in forward_embeddings); <= 0 = the whole prompt at
+    // once. Activation memory is O(chunk); the full-attention K/V cache grows with the prompt.
+    int64_t prefill_chunk = 512;
 };
+
+// Wall-clock seconds per kind of work, accumulated over forward_chunk calls when a profile is passed.
+struct BackboneProfile {
+    double embed = 0, norms = 0;                // embedding rows, RMSNorms + residual adds
+    double gdn_proj = 0, gdn_conv_gates = 0;    // GDN in/out projections; conv, L2 norms, gates, gated norm
+    double delta_rule = 0;                      // the gated delta rule
+    double attn_proj = 0, attn_rope_norm = 0;   // attention q/k/v/o projections; q/k norms, RoPE, gate
+    double attention = 0;                       // softmax(QK^T)V over the K/V cache
+    double mlp_proj = 0, mlp_act = 0;           // gate/up/down projections; SiLU * up
+};
+
+// What a chunked prefill carries from one chunk to the next.
+struct BackboneState {
+    int64_t position = 0;  // tokens processed so far (text position of the next token)
+    struct Layer {
+        std::vector<float> conv;   // GDN: the last K-1 conv inputs [K-1][conv_dim]
+        std::vector<float> delta;  // GDN: the delta-rule state [Hv][dk][dv]
+        std::vector<float> k, v;   // attention: the K/V cache [position][kv_heads*head_dim] (K after norm + RoPE)
+    };
+    std::vector<Layer> layers;
+};
+
+// Backbone FLOPs of a prefill of T tokens from the config (multiply-adds count 2): every projection and MLP
+// (2 * in * out per token), causal attention scores and values (4 * heads * head_dim per query-key pair,
+// T(T+1)/2 pairs), and the delta rule (7 * dk * dv per token and value head: decay, S^T k, update, S^T q).
+double backbone_flops(const TextConfig& cfg, int64_t T);
 
 // Intermediate values of one forward pass, all row-major fp32 with T rows (T = tokens).
 struct BackboneTrace {
@@ -54,10 +90,15 @@ struct BackboneTrace {
 
 class Backbone {
 public:
-    // Reads the text weights from the checkpoint (prefix "model.language_model." or "model." auto-detected),
-    // converting BF16/F16 to fp32 at load. Validates the config and every tensor's shape against it
-    // (clef::Error naming the tensor).
+    // Reads the text weights from the checkpoint (prefix "model.language_model." or "model." auto-detected)
+    // and validates the config and every tensor's shape against it (clef::Error naming the tensor). The big
+    // matrices are not copied to fp32: the reference path reads them from the mapped file (BF16 converted on
+    // the fly), the fast path packs them once at load. Small vectors (norms, conv taps, decays) become fp32.
+    // The checkpoint's files must outlive the Backbone.
     Backbone(const TextConfig& cfg, const Checkpoint& ckpt);
+    ~Backbone();
+    Backbone(const Backbone&) = delete;
+    Backbone& operator=(const Backbone&) = delete;
 
     const TextConfig& config() const { return cfg_; }
     // The detected tensor-name prefix ("model.language_model." or "model.").
@@ -65,44 +106,62 @@ public:
 
     // Embedding rows for ids, [ids.size()][hidden] (ids must be in [0, vocab_size), else clef::Error).
     std::vector<float> embed(const std::vector<int32_t>& ids) const;
+    // The same into out [n][hidden], converting each row from the mapped table.
+    void embed_into(const int32_t* ids, int64_t n, float* out) const;
 
     // Runs all layers + final norm on input embeddings x [T][hidden]; positions is [3][T] (t, h, w) or
     // nullptr for text positions 0..T-1 on all three axes. Returns last_hidden_state [T][hidden], row-major
-    // fp32.
+    // fp32. Processes the prompt in chunks of opt.prefill_chunk tokens (one chunk when a trace is asked).
     std::vector<float> forward_embeddings(const std::vector<float>& x, int64_t T, const int32_t* positions,
                                           const BackboneOptions& opt = {},
                                           BackboneTrace* trace = nullptr) const;
     // embed + forward_embeddings with text positions.
     std::vector<float> forward(const std::vector<int32_t>& ids, const BackboneOptions& opt = {}) const;
 
+    // Chunked prefill: a fresh state, then forward_chunk on consecutive chunks. Each call runs the next n
+    // tokens (embeddings x [n][hidden]) and writes their last_hidden_state rows to out [n][hidden] (out may
+    // alias x). positions: axis a of chunk token t at positions[a * positions_stride + t], or nullptr for
+    // text positions state.position + t on all axes. With a trace, the trace holds this chunk only.
+    BackboneState start() const;
+    void forward_chunk(BackboneState& state, const float* x, int64_t n, const int32_t* positions,
+                       int64_t positions_stride, const BackboneOptions& opt, float* out,
+                       BackboneTrace* trace = nullptr, BackboneProfile* profile = nullptr) const;
+
+    class Linear;  // one projection matrix (defined in backbone.cpp)
+
 private:
     struct GdnWeights {
-        std::vector<float> in_proj_qkv, in_proj_z, in_proj_a, in_proj_b, out_proj;
+        const Linear *in_proj_qkv = nullptr, *in_proj_z = nullptr, *in_proj_a = nullptr, *in_proj_b = nullptr,
+                     *out_proj = nullptr;
         std::vector<float> conv1d;  // [conv_dim][K]
         std::vector<float> A_log, dt_bias, norm;
         std::vector<float> neg_exp_A;  // -exp(A_log), precomputed
     };
     struct AttentionWeights {
-        std::vector<float> q_proj, k_proj, v_proj, o_proj, q_norm, k_norm;
+        const Linear *q_proj = nullptr, *k_proj = nullptr, *v_proj = nullptr, *o_proj = nullptr;
+        std::vector<float> q_norm, k_norm;
     };
     struct Layer {
         LayerType type = LayerType::LinearAttention;
         std::vector<float> input_layernorm, post_attention_layernorm;
-        std::vector<float> gate_proj, up_proj, down_proj;
+        const Linear *gate_proj = nullptr, *up_proj = nullptr, *down_proj = nullptr;
         GdnWeights gdn;
         AttentionWeights attn;
     };
+    struct Ctx;  // per-chunk scratch and options (backbone.cpp)
 
-    void gdn_mixer(const Layer& L, const float* xn, int64_t T, const BackboneOptions& opt, float* out,
+    void gdn_mixer(const Layer& L, BackboneState::Layer& S, const float* xn, int64_t T, Ctx& c, float* out,
                    BackboneTrace::Gdn* tr) const;
-    void attention_mixer(const Layer& L, const float* xn, int64_t T, const float* cos, const float* sin,
+    void attention_mixer(const Layer& L, BackboneState::Layer& S, const float* xn, int64_t T, Ctx& c,
                          float* out, BackboneTrace::Attention* tr) const;
-    void mlp(const Layer& L, const float* xn, int64_t T, float* out) const;
+    void mlp(const Layer& L, const float* xn, int64_t T, Ctx& c, float* out) const;
 
     TextConfig cfg_;
     std::string prefix_;
-    std::vector<float> embed_tokens_;  // [vocab][hidden]
+    const unsigned char* embed_data_ = nullptr;  // [vocab][hidden] in the mapped file
+    DType embed_dtype_ = DType::F32;
     std::vector<float> final_norm_;
+    std::vector<std::unique_ptr<Linear>> linears_;
     std::vector<Layer> layers_;
 };
 
