@@ -27,19 +27,22 @@ void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, con
         }
 }
 
-void linear_bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, const float* bias, float* y) {
+void linear_bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, const float* bias,
+                 float* y) {
 #pragma omp parallel if (m * n * k > (1 << 16))
     {
         std::vector<float> row(static_cast<size_t>(k));
 #pragma omp for schedule(static)
         for (int64_t j = 0; j < n; ++j) {
             for (int64_t t = 0; t < k; ++t) row[t] = bf16_to_f32(w[j * k + t]);
-            for (int64_t i = 0; i < m; ++i) y[i * n + j] = dot(x + i * k, row.data(), k) + (bias ? bias[j] : 0.f);
+            for (int64_t i = 0; i < m; ++i)
+                y[i * n + j] = dot(x + i * k, row.data(), k) + (bias ? bias[j] : 0.f);
         }
     }
 }
 
-void layer_norm(const float* x, int64_t rows, int64_t d, const float* w, const float* b, float eps, float* y) {
+void layer_norm(const float* x, int64_t rows, int64_t d, const float* w, const float* b, float eps,
+                float* y) {
     for (int64_t r = 0; r < rows; ++r) {
         const float* xr = x + r * d;
         float* yr = y + r * d;
@@ -87,10 +90,18 @@ void rms_norm(const float* x, int64_t rows, int64_t d, const float* w, float eps
     }
 }
 
-float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
-float silu(float x) { return x * sigmoid(x); }
-float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
-float gelu_erf(float x) { return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752440f)); }
+float sigmoid(float x) {
+    return 1.f / (1.f + std::exp(-x));
+}
+float silu(float x) {
+    return x * sigmoid(x);
+}
+float softplus(float x) {
+    return x > 20.f ? x : std::log1p(std::exp(x));
+}
+float gelu_erf(float x) {
+    return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752440f));
+}
 float gelu_tanh(float x) {
     const float c = 0.79788456080286535588f;  // sqrt(2/pi)
     return 0.5f * x * (1.f + std::tanh(c * (x + 0.044715f * x * x * x)));
@@ -142,6 +153,132 @@ void attention(const float* q, int64_t q_stride, const float* k, int64_t k_strid
                     for (int d = 0; d < dh; ++d) o[d] += sj * vj[d];
                 }
             }
+    }
+}
+
+// ---------------------------------------------------------------- fused kernels and fast paths
+
+void sigmoid_mul(const float* x, const float* gate, int64_t n, float* out) {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * sigmoid(gate[i]);
+}
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+    for (int64_t i = 0; i < n; ++i) out[i] = silu(gate[i]) * up[i];
+}
+
+void rms_norm_gated(const float* x, const float* z, int64_t rows, int64_t d, const float* w, float eps,
+                    float* y) {
+    rms_norm(x, rows, d, w, eps, y);
+    for (int64_t i = 0; i < rows * d; ++i) y[i] *= silu(z[i]);
+}
+
+#define CLEF_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
+
+namespace {
+constexpr int64_t kPar = 1 << 15;  // elements below which the fast kernels stay on one thread
+
+CLEF_CLONES void sigmoid_mul_span(const float* x, const float* gate, int64_t n, float* out) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] / (1.f + exp_poly(-gate[i]));
+}
+
+CLEF_CLONES void silu_mul_span(const float* gate, const float* up, int64_t n, float* out) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.f + exp_poly(-gate[i])) * up[i];
+}
+
+CLEF_CLONES double sum_sq(const float* x, int64_t d) {
+    double ss = 0.0;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(x[i]) * x[i];
+    return ss;
+}
+
+// mode 0: w plain (null = ones), 1: (1 + w), 2: w plain then * silu(z)
+CLEF_CLONES void norm_row(const float* x, const float* z, int64_t d, const float* w, float inv, int mode,
+                          float* y) {
+    if (mode == 1) {
+#pragma omp simd
+        for (int64_t i = 0; i < d; ++i) y[i] = x[i] * inv * (1.f + w[i]);
+    } else if (!w) {
+#pragma omp simd
+        for (int64_t i = 0; i < d; ++i) y[i] = x[i] * inv;
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < d; ++i) y[i] = x[i] * inv * w[i];
+    }
+    if (mode == 2) {
+#pragma omp simd
+        for (int64_t i = 0; i < d; ++i) y[i] *= z[i] / (1.f + exp_poly(-z[i]));
+    }
+}
+
+void rms_rows(const float* x, const float* z, int64_t rows, int64_t d, const float* w, float eps, int mode,
+              float* y) {
+#pragma omp parallel for schedule(static) if (rows * d > kPar)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float inv =
+            static_cast<float>(1.0 / std::sqrt(sum_sq(x + r * d, d) / static_cast<double>(d) + eps));
+        norm_row(x + r * d, z ? z + r * d : nullptr, d, w, inv, mode, y + r * d);
+    }
+}
+
+CLEF_CLONES void scale_row(const float* x, int64_t d, float s, float* y) {
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) y[i] = x[i] * s;
+}
+
+CLEF_CLONES void softmax_span(float* x, int64_t n) {
+    float mx = x[0];
+#pragma omp simd reduction(max : mx)
+    for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = exp_poly(x[i] - mx);
+        sum += x[i];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+}  // namespace
+
+void sigmoid_mul_fast(const float* x, const float* gate, int64_t n, float* out) {
+    const int64_t blk = 4096;
+#pragma omp parallel for schedule(static) if (n > kPar)
+    for (int64_t i = 0; i < n; i += blk) sigmoid_mul_span(x + i, gate + i, std::min(blk, n - i), out + i);
+}
+
+void silu_mul_fast(const float* gate, const float* up, int64_t n, float* out) {
+    const int64_t blk = 4096;
+#pragma omp parallel for schedule(static) if (n > kPar)
+    for (int64_t i = 0; i < n; i += blk) silu_mul_span(gate + i, up + i, std::min(blk, n - i), out + i);
+}
+
+void rms_norm_gated_fast(const float* x, const float* z, int64_t rows, int64_t d, const float* w, float eps,
+                         float* y) {
+    rms_rows(x, z, rows, d, w, eps, 2, y);
+}
+
+void rms_norm_zc_fast(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* y) {
+    rms_rows(x, nullptr, rows, d, w, eps, 1, y);
+}
+
+void rms_norm_fast(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* y) {
+    rms_rows(x, nullptr, rows, d, w, eps, 0, y);
+}
+
+void softmax_inplace_fast(float* x, int64_t n) {
+    if (n > 0) softmax_span(x, n);
+}
+
+void l2_norm_fast(const float* x, int64_t rows, int64_t d, float eps, float scale, float* y) {
+#pragma omp parallel for schedule(static) if (rows * d > kPar)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float inv =
+            static_cast<float>(static_cast<double>(scale) / std::sqrt(sum_sq(x + r * d, d) + eps));
+        scale_row(x + r * d, d, inv, y + r * d);
     }
 }
 

@@ -3,13 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace clef::ops {
 
 // y[m][n] = sum_k x[m][k] * w[n][k] (+ bias[n]); accumulates in fp32. bias may be null.
 void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, const float* bias, float* y);
 // Same with bf16 weights (raw uint16 bits), converted on the fly.
-void linear_bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, const float* bias, float* y);
+void linear_bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, const float* bias,
+                 float* y);
 
 // torch.nn.LayerNorm over rows of width d (biased variance); w/b may be null.
 void layer_norm(const float* x, int64_t rows, int64_t d, const float* w, const float* b, float eps, float* y);
@@ -37,5 +39,48 @@ void softmax_inplace(float* x, int64_t n);
 void attention(const float* q, int64_t q_stride, const float* k, int64_t k_stride, const float* v,
                int64_t v_stride, int64_t lq, int64_t lk, int hq, int hkv, int dh, float scale, bool causal,
                float* out, int64_t out_stride);
+
+// ---------------------------------------------------------------- fused kernels and fast paths
+// Each *_fast function computes the same as its scalar reference (named in its comment) with vectorised code
+// (an AVX-512 clone chosen at run time, a baseline clone elsewhere); the tests compare the pairs.
+
+// exp(x) in fp32 without libm: Cody-Waite range reduction and a degree-7 polynomial (Cephes coefficients),
+// within 2 ulp of std::exp for x in [-87.3, 88.3]; 0 below, clamped to exp(88.38) above. Vectorises.
+inline float exp_poly(float x) {
+    const float xc = x < -87.3365f ? -87.3365f : (x > 88.3762f ? 88.3762f : x);
+    const float n = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round to nearest
+    float r = xc - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float y = 1.9875691500e-4f;
+    y = y * r + 1.3981999507e-3f;
+    y = y * r + 8.3334519073e-3f;
+    y = y * r + 4.1665795894e-2f;
+    y = y * r + 1.6666665459e-1f;
+    y = y * r + 5.0000001201e-1f;
+    y = y * r * r + r + 1.f;
+    const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+    float scale;
+    std::memcpy(&scale, &bits, 4);
+    return x < -87.3365f ? 0.f : y * scale;
+}
+
+// y = x * sigmoid(gate) elementwise (the output gate of a gated attention layer); out may alias x or gate.
+void sigmoid_mul(const float* x, const float* gate, int64_t n, float* out);
+void sigmoid_mul_fast(const float* x, const float* gate, int64_t n, float* out);
+// out = silu(gate) * up elementwise (the SwiGLU MLP); out may alias gate or up.
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+void silu_mul_fast(const float* gate, const float* up, int64_t n, float* out);
+// Gated RMSNorm of a GatedDeltaNet layer: y = rms_norm(x, w) * silu(z) for `rows` rows of d; z has x's
+// layout.
+void rms_norm_gated(const float* x, const float* z, int64_t rows, int64_t d, const float* w, float eps,
+                    float* y);
+void rms_norm_gated_fast(const float* x, const float* z, int64_t rows, int64_t d, const float* w, float eps,
+                         float* y);
+// Fast paths of rms_norm_zc, rms_norm, softmax_inplace and ops::l2_norm (ops/delta_rule.h); rows run in
+// parallel. Sums of squares and the softmax denominator are accumulated in double as in the references.
+void rms_norm_zc_fast(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* y);
+void rms_norm_fast(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* y);
+void softmax_inplace_fast(float* x, int64_t n);
+void l2_norm_fast(const float* x, int64_t rows, int64_t d, float eps, float scale, float* y);
 
 }  // namespace clef::ops

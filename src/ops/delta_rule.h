@@ -55,4 +55,9 @@ void gated_delta_rule_serial(const DeltaRuleArgs& a);
 // differences <= 0 (up to rounding) are exponentiated. A partial last chunk is handled without padding.
 void gated_delta_rule_chunked(const DeltaRuleArgs& a, int chunk = 64);
 
+// The same chunked algebra with contiguous chunk copies, the decays exponentiated once per chunk and vectorised
+// inner loops (AVX-512 clone at run time): the fast path of gated_delta_rule_chunked, tested against the serial
+// reference. fp32 state and fp32 cumulative decays as above.
+void gated_delta_rule_chunked_fast(const DeltaRuleArgs& a, int chunk = 64);
+
 }  // namespace clef::ops

@@ -1,0 +1,22 @@
+// Causal / full attention for long prompts: key blocks with an online softmax (no lq x lk score matrix), GQA,
+// explicit row strides as in ops::attention (the scalar oracle in ops/basic.h).
+#pragma once
+
+#include <cstdint>
+
+#include "ops/gemm.h"
+
+namespace clef::ops {
+
+// Same layout and meaning as ops::attention, generalised to a query block at the end of the keys: when
+// causal, query i sits at position lk - lq + i and sees keys j <= lk - lq + i (lq == lk is ops::attention's
+// causal case; lq < lk is a prompt chunk after a KV cache). Requires 0 < lq, lq <= lk when causal, hq a
+// multiple of hkv. Precision::Exact: fp32 products and a fp32 online softmax (agrees with ops::attention to
+// ~1e-6 relative). Precision::BF16: q, k, p and v are rounded to bf16 before their products (fp32
+// accumulation), the numerics of a bf16 matrix unit; error ~1e-2 relative on the output (documented bound
+// used by the tests: 2e-2 of max |v|). Throws clef::Error on a bad shape.
+void attention_fast(const float* q, int64_t q_stride, const float* k, int64_t k_stride, const float* v,
+                    int64_t v_stride, int64_t lq, int64_t lk, int hq, int hkv, int dh, float scale,
+                    bool causal, float* out, int64_t out_stride, Precision p = Precision::Exact);
+
+}  // namespace clef::ops

@@ -1,0 +1,99 @@
+// attention_fast (key blocks, online softmax) against the scalar oracle ops::attention: causal and full, GQA,
+// strided rows, head dims 32 (tiny) and 256 (flash), lengths around the block sizes; a query chunk after a KV
+// cache against the matching rows of the full causal computation.
+// Bounds: Exact 1e-5 of max |v| (fp32 reordering only); BF16 2e-2 of max |v| (q, k, p, v rounded to bf16).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "ops/attention_fast.h"
+#include "ops/basic.h"
+#include "util/error.h"
+
+namespace clef {
+namespace {
+
+using ops::Precision;
+
+struct Case {
+    int64_t L;
+    int hq, hkv, dh;
+    bool causal;
+};
+
+class AttentionFast : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionFast, MatchesReference) {
+    const Case c = GetParam();
+    std::mt19937 rng(static_cast<uint32_t>(c.L * 31 + c.dh));
+    std::normal_distribution<float> nd(0.f, 1.f);
+    // Packed like a fused projection: row = [q heads | k heads | v heads | 3 padding floats].
+    const int64_t qd = int64_t(c.hq) * c.dh, kd = int64_t(c.hkv) * c.dh, stride = qd + 2 * kd + 3;
+    std::vector<float> buf(c.L * stride);
+    for (float& x : buf) x = 2.f * nd(rng);
+    const float* q = buf.data();
+    const float* k = q + qd;
+    const float* v = k + kd;
+    const int64_t os = qd + 5;
+    std::vector<float> ref(c.L * os, 0.f), out(c.L * os, 0.f);
+    const float scale = 1.f / std::sqrt(float(c.dh));
+    ops::attention(q, stride, k, stride, v, stride, c.L, c.L, c.hq, c.hkv, c.dh, scale, c.causal, ref.data(),
+                   os);
+    double vmax = 0;
+    for (int64_t i = 0; i < c.L; ++i)
+        for (int64_t d = 0; d < kd; ++d) vmax = std::max(vmax, double(std::fabs(v[i * stride + d])));
+    auto err = [&] {
+        double e = 0;
+        for (int64_t i = 0; i < c.L; ++i)
+            for (int64_t d = 0; d < qd; ++d)
+                e = std::max(e, double(std::fabs(out[i * os + d] - ref[i * os + d])));
+        return e / vmax;
+    };
+    ops::attention_fast(q, stride, k, stride, v, stride, c.L, c.L, c.hq, c.hkv, c.dh, scale, c.causal,
+                        out.data(), os, Precision::Exact);
+    EXPECT_LT(err(), 1e-5);
+    ops::attention_fast(q, stride, k, stride, v, stride, c.L, c.L, c.hq, c.hkv, c.dh, scale, c.causal,
+                        out.data(), os, Precision::BF16);
+    const double eb = err();
+    EXPECT_LT(eb, 2e-2);
+    EXPECT_GT(eb, 1e-5) << "BF16 mode should round its operands";
+    // The padding between rows is untouched.
+    for (int64_t i = 0; i < c.L; ++i)
+        for (int64_t d = qd; d < os; ++d) EXPECT_EQ(out[i * os + d], 0.f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionFast,
+                         ::testing::Values(Case{1, 4, 2, 32, true}, Case{31, 4, 2, 32, true},
+                                           Case{33, 4, 2, 32, true}, Case{130, 4, 2, 32, true},
+                                           Case{130, 4, 2, 32, false}, Case{200, 4, 1, 256, true},
+                                           Case{65, 2, 2, 256, false}, Case{300, 8, 2, 256, true}));
+
+TEST(AttentionFast, ChunkAfterCache) {
+    const int64_t L = 150, lq = 37;
+    const int hq = 4, hkv = 2, dh = 32;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> q(L * hq * dh), k(L * hkv * dh), v(L * hkv * dh);
+    for (auto* vec : {&q, &k, &v})
+        for (float& x : *vec) x = nd(rng);
+    std::vector<float> ref(L * hq * dh), out(lq * hq * dh);
+    ops::attention(q.data(), hq * dh, k.data(), hkv * dh, v.data(), hkv * dh, L, L, hq, hkv, dh, 0.2f, true,
+                   ref.data(), hq * dh);
+    ops::attention_fast(q.data() + (L - lq) * hq * dh, hq * dh, k.data(), hkv * dh, v.data(), hkv * dh, lq, L,
+                        hq, hkv, dh, 0.2f, true, out.data(), hq * dh);
+    for (int64_t i = 0; i < lq * hq * dh; ++i) EXPECT_NEAR(out[i], ref[(L - lq) * hq * dh + i], 1e-5);
+}
+
+TEST(AttentionFast, BadShapes) {
+    float x = 0;
+    EXPECT_THROW(ops::attention_fast(&x, 1, &x, 1, &x, 1, 0, 1, 1, 1, 1, 1.f, true, &x, 1), Error);
+    EXPECT_THROW(ops::attention_fast(&x, 1, &x, 1, &x, 1, 2, 1, 1, 1, 1, 1.f, true, &x, 1), Error);
+    EXPECT_THROW(ops::attention_fast(&x, 1, &x, 1, &x, 1, 1, 1, 3, 2, 1, 1.f, true, &x, 1), Error);
+    EXPECT_THROW(ops::attention_fast(nullptr, 1, &x, 1, &x, 1, 1, 1, 1, 1, 1, 1.f, true, &x, 1), Error);
+}
+
+}  // namespace
+}  // namespace clef

@@ -1,0 +1,192 @@
+// The vectorised fast paths against their scalar references: fused elementwise kernels (ops/basic.h) and the
+// fast chunked gated delta rule against the token-serial recurrence (ops/delta_rule.h).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "ops/basic.h"
+#include "ops/delta_rule.h"
+#include "util/error.h"
+
+namespace clef {
+namespace {
+
+std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.f) {
+    std::normal_distribution<float> d(0.f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng);
+    return v;
+}
+
+// max |a - b| / max(1, |b|) elementwise.
+double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double m = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+        m = std::max(m, std::fabs(double(a[i]) - b[i]) / std::max(1.0, std::fabs(double(b[i]))));
+    return m;
+}
+
+TEST(ExpPoly, MatchesStdExp) {
+    double worst = 0;
+    for (float x = -87.f; x < 88.f; x += 0.0137f)
+        worst = std::max(worst, std::fabs(double(ops::exp_poly(x)) / std::exp(double(x)) - 1.0));
+    EXPECT_LT(worst, 3e-7);
+    EXPECT_EQ(ops::exp_poly(-std::numeric_limits<float>::infinity()), 0.f);
+    EXPECT_EQ(ops::exp_poly(-100.f), 0.f);
+    EXPECT_EQ(ops::exp_poly(0.f), 1.f);
+}
+
+TEST(FusedOps, ElementwiseMatchScalar) {
+    std::mt19937 rng(1);
+    for (int64_t n : {1, 15, 17, 1000, 70001}) {
+        auto a = randn(n, rng, 4.f), b = randn(n, rng, 4.f);
+        a[0] = -30.f;  // far tails
+        if (n > 1) a[1] = 30.f;
+        std::vector<float> r(n), f(n);
+        ops::sigmoid_mul(a.data(), b.data(), n, r.data());
+        ops::sigmoid_mul_fast(a.data(), b.data(), n, f.data());
+        EXPECT_LT(max_rel(f, r), 1e-6) << n;
+        ops::silu_mul(a.data(), b.data(), n, r.data());
+        ops::silu_mul_fast(a.data(), b.data(), n, f.data());
+        EXPECT_LT(max_rel(f, r), 1e-6) << n;
+        // In place (out aliases the first input).
+        std::vector<float> g = a;
+        ops::silu_mul_fast(g.data(), b.data(), n, g.data());
+        EXPECT_EQ(g, f);
+    }
+}
+
+TEST(FusedOps, NormsMatchScalar) {
+    std::mt19937 rng(2);
+    for (int64_t d : {16, 32, 100, 4096})
+        for (int64_t rows : {1, 5, 40}) {
+            auto x = randn(rows * d, rng, 2.f), z = randn(rows * d, rng, 3.f), w = randn(d, rng, 0.3f);
+            std::fill(x.begin(), x.begin() + d, 0.f);  // a zero row: eps keeps it finite
+            std::vector<float> r(rows * d), f(rows * d);
+            ops::rms_norm_zc(x.data(), rows, d, w.data(), 1e-6f, r.data());
+            ops::rms_norm_zc_fast(x.data(), rows, d, w.data(), 1e-6f, f.data());
+            EXPECT_LT(max_rel(f, r), 1e-6);
+            ops::rms_norm(x.data(), rows, d, w.data(), 1e-6f, r.data());
+            ops::rms_norm_fast(x.data(), rows, d, w.data(), 1e-6f, f.data());
+            EXPECT_LT(max_rel(f, r), 1e-6);
+            ops::rms_norm(x.data(), rows, d, nullptr, 1e-6f, r.data());
+            ops::rms_norm_fast(x.data(), rows, d, nullptr, 1e-6f, f.data());
+            EXPECT_LT(max_rel(f, r), 1e-6);
+            ops::rms_norm_gated(x.data(), z.data(), rows, d, w.data(), 1e-6f, r.data());
+            ops::rms_norm_gated_fast(x.data(), z.data(), rows, d, w.data(), 1e-6f, f.data());
+            EXPECT_LT(max_rel(f, r), 2e-6);
+            ops::l2_norm(x.data(), rows, d, 1e-6f, 0.125f, r.data());
+            ops::l2_norm_fast(x.data(), rows, d, 1e-6f, 0.125f, f.data());
+            EXPECT_LT(max_rel(f, r), 1e-6);
+        }
+}
+
+TEST(FusedOps, GatedNormIsNormTimesSilu) {
+    // An independent check of the scalar reference: rms_norm_gated = rms_norm * z * sigmoid(z) by hand.
+    std::mt19937 rng(3);
+    const int64_t d = 8;
+    auto x = randn(d, rng), z = randn(d, rng), w = randn(d, rng);
+    std::vector<float> y(d);
+    ops::rms_norm_gated(x.data(), z.data(), 1, d, w.data(), 1e-6f, y.data());
+    double ss = 0;
+    for (float v : x) ss += double(v) * v;
+    const double inv = 1.0 / std::sqrt(ss / d + 1e-6);
+    for (int64_t i = 0; i < d; ++i) {
+        const double want = x[i] * inv * w[i] * z[i] / (1.0 + std::exp(-double(z[i])));
+        EXPECT_NEAR(y[i], want, 1e-5 * std::max(1.0, std::fabs(want)));
+    }
+}
+
+TEST(FusedOps, SoftmaxMatchesScalar) {
+    std::mt19937 rng(4);
+    for (int64_t n : {1, 7, 64, 5000}) {
+        auto x = randn(n, rng, 10.f);
+        auto r = x, f = x;
+        ops::softmax_inplace(r.data(), n);
+        ops::softmax_inplace_fast(f.data(), n);
+        for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(f[i], r[i], 1e-6 * std::max(1e-3f, r[i])) << i;
+    }
+}
+
+// ---------------------------------------------------------------- fast chunked delta rule
+
+struct DeltaCase {
+    int64_t T;
+    int Hk, Hv, dk, dv;
+    bool with_state;
+};
+
+class DeltaRuleFast : public ::testing::TestWithParam<DeltaCase> {};
+
+TEST_P(DeltaRuleFast, MatchesSerial) {
+    const DeltaCase c = GetParam();
+    std::mt19937 rng(static_cast<uint32_t>(c.T * 7 + c.dk));
+    auto q = randn(c.T * c.Hk * c.dk, rng), k = randn(c.T * c.Hk * c.dk, rng),
+         v = randn(c.T * c.Hv * c.dv, rng);
+    ops::l2_norm(q.data(), c.T * c.Hk, c.dk, 1e-6f, 1.f / std::sqrt(float(c.dk)), q.data());
+    ops::l2_norm(k.data(), c.T * c.Hk, c.dk, 1e-6f, 1.f, k.data());
+    std::uniform_real_distribution<float> u01(0.f, 1.f);
+    std::vector<float> beta(c.T * c.Hv), g(c.T * c.Hv);
+    for (size_t i = 0; i < beta.size(); ++i) {
+        beta[i] = u01(rng);
+        g[i] = -std::exp(std::log(0.02f) + u01(rng) * (std::log(12.f) - std::log(0.02f)));
+    }
+    const size_t ns = size_t(c.Hv) * c.dk * c.dv;
+    auto s0 = randn(ns, rng, 0.5f);
+    ops::DeltaRuleArgs a;
+    a.T = c.T;
+    a.num_k_heads = c.Hk;
+    a.num_v_heads = c.Hv;
+    a.dk = c.dk;
+    a.dv = c.dv;
+    a.q = q.data();
+    a.k = k.data();
+    a.q_stride = a.k_stride = c.Hk * c.dk;
+    a.v = v.data();
+    a.v_stride = c.Hv * c.dv;
+    a.beta = beta.data();
+    a.g = g.data();
+    a.beta_stride = a.g_stride = c.Hv;
+    a.out_stride = c.Hv * c.dv;
+    a.initial_state = c.with_state ? s0.data() : nullptr;
+    std::vector<float> o_ref(c.T * c.Hv * c.dv), s_ref(ns), o_fast(o_ref.size(), -7.f), s_fast(ns);
+    a.out = o_ref.data();
+    a.final_state = s_ref.data();
+    ops::gated_delta_rule_serial(a);
+    double oscale = 0, sscale = 0;
+    for (float x : o_ref) oscale = std::max(oscale, double(std::fabs(x)));
+    for (float x : s_ref) sscale = std::max(sscale, double(std::fabs(x)));
+    for (int chunk : {64, 16}) {
+        a.out = o_fast.data();
+        a.final_state = s_fast.data();
+        ops::gated_delta_rule_chunked_fast(a, chunk);
+        double eo = 0, es = 0;
+        for (size_t i = 0; i < o_ref.size(); ++i) eo = std::max(eo, double(std::fabs(o_fast[i] - o_ref[i])));
+        for (size_t i = 0; i < ns; ++i) es = std::max(es, double(std::fabs(s_fast[i] - s_ref[i])));
+        EXPECT_LT(eo / oscale, 2e-5) << "chunk " << chunk;
+        EXPECT_LT(es / sscale, 2e-5) << "chunk " << chunk;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, DeltaRuleFast,
+                         ::testing::Values(DeltaCase{1, 2, 4, 16, 16, false},
+                                           DeltaCase{63, 2, 4, 16, 16, true},
+                                           DeltaCase{130, 2, 4, 16, 24, true},
+                                           DeltaCase{200, 1, 2, 128, 128, true},
+                                           DeltaCase{64, 2, 4, 16, 16, false}));
+
+TEST(DeltaRuleFast, BadInput) {
+    ops::DeltaRuleArgs a;
+    EXPECT_THROW(ops::gated_delta_rule_chunked_fast(a), Error);
+    a.num_k_heads = 1;
+    a.num_v_heads = 1;
+    a.dk = a.dv = 4;
+    EXPECT_THROW(ops::gated_delta_rule_chunked_fast(a, 0), Error);
+}
+
+}  // namespace
+}  // namespace clef
