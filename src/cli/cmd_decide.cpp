@@ -23,6 +23,9 @@ struct DecideArgs {
     bool debug = false;
     std::string confidence = "reference";
     bool serial_delta = false;
+    int threads = 0;
+    std::string precision = "exact";
+    bool reference = false;
 };
 
 std::string read_input(const std::string& path) {
@@ -41,6 +44,10 @@ void run_decide(const DecideArgs& a) {
     opt.max_length = a.max_length;
     opt.debug = a.debug;
     opt.backbone.chunked_delta_rule = !a.serial_delta;
+    opt.backbone.reference = a.reference;
+    opt.threads = a.threads;
+    if (!parse_precision(a.precision, opt.backbone.precision))
+        throw Error("--precision: expected exact or bf16, got '" + a.precision + "'");
     if (!parse_confidence_convention(a.confidence, opt.answers.confidence))
         throw Error("--confidence: unknown convention '" + a.confidence + "'");
     if (a.max_length <= 0) throw Error("--max-length must be positive");
@@ -75,6 +82,12 @@ void add_decide_command(CLI::App& app) {
                     "Confidence convention: reference, typesafe, workers-ai, colibri, entropy")
         ->capture_default_str();
     cmd->add_flag("--serial-delta-rule", args->serial_delta, "Use the token-serial delta rule (reference oracle)");
+    cmd->add_option("--threads", args->threads, "Kernel threads (0 = OMP_NUM_THREADS or the physical cores)")
+        ->capture_default_str();
+    cmd->add_option("--precision", args->precision,
+                    "Projection activations: exact (fp32-accurate) or bf16 (faster, small deviations)")
+        ->capture_default_str();
+    cmd->add_flag("--reference", args->reference, "Use the scalar reference kernels (the oracle; slow)");
     cmd->callback([args] { run_decide(*args); });
 }
 

@@ -13,5 +13,6 @@ void add_decide_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_make_model_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace clef

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
     clef::add_serve_command(app);
     clef::add_make_model_command(app);
     clef::add_convert_command(app);
+    clef::add_bench_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -541,6 +541,16 @@ void Backbone::mlp(const Layer& L, const float* xn, int64_t T, Ctx& c, float* ou
     L.down_proj->forward(gate.data(), T, out, c.opt);
 }
 
+bool parse_precision(const std::string& s, ops::Precision& out) {
+    if (s == "exact")
+        out = ops::Precision::Exact;
+    else if (s == "bf16")
+        out = ops::Precision::BF16;
+    else
+        return false;
+    return true;
+}
+
 double backbone_flops(const TextConfig& c, int64_t T) {
     const double t = static_cast<double>(T), H = c.hidden_size, I = c.intermediate_size;
     double per_token = 0, quadratic = 0;

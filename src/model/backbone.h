@@ -26,6 +26,9 @@ struct BackboneOptions {
     int64_t prefill_chunk = 512;
 };
 
+// "exact" / "bf16" (the CLI spelling) -> Precision; false for anything else.
+bool parse_precision(const std::string& s, ops::Precision& out);
+
 // Wall-clock seconds per kind of work, accumulated over forward_chunk calls when a profile is passed.
 struct BackboneProfile {
     double embed = 0, norms = 0;                // embedding rows, RMSNorms + residual adds

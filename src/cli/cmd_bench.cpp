@@ -1,0 +1,195 @@
+// clef bench: times whole decisions on a synthetic request of exactly N prompt tokens and prints one JSON line
+// (throughput, backbone GFLOP/s against a measured oneDNN BF16 matmul peak, head share, peak RSS).
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <dnnl.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "decision/engine.h"
+#include "model/backbone.h"
+#include "ops/cpu.h"
+#include "util/error.h"
+#include "util/json.h"
+
+namespace clef {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchArgs {
+    std::string model;
+    int64_t tokens = 512;
+    int repeat = 3;
+    int warmup = 1;
+    int threads = 0;
+    std::string precision = "exact";
+    int64_t chunk = 512;
+    bool reference = false;
+    bool profile = false;
+};
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// A request whose encoded prompt is exactly `tokens` long: a state of `tokens` words (at least one token
+// each, whatever the tokenizer) cut to fit by max_length = tokens, and one yes/no question.
+DecisionRequest synthetic_request(int64_t tokens) {
+    std::string state;
+    static const char* words[] = {" ticket", " the", " app", " crashes", " after", " update", " refund", " please"};
+    for (int64_t i = 0; i < tokens; ++i) state += words[i % 8];
+    // One short question keeps the fixed part (template + schema) small, so short prompts are possible.
+    const std::string body = R"({"model": "bench", "state": )" + write_json(JsonValue::string(state)) +
+                             R"(, "questions": {"q": {"type": "noul", "instructions": "Bug?"}}})";
+    DecisionRequest req;
+    std::vector<RequestError> errors;
+    if (!parse_request(parse_json_or_throw(body, "bench request"), req, errors))
+        throw Error("bench: synthetic request: " + describe_errors(errors));
+    return req;
+}
+
+// Best GFLOP/s of a oneDNN matmul [m][k] x [k][n], bf16 inputs, fp32 output, weights in the blocked layout
+// oneDNN picks (the machine's BF16 GEMM peak as the backbone's projections see it).
+double onednn_bf16_peak_gflops(int64_t m, int64_t k, int64_t n, int iters) {
+    using namespace dnnl;
+    engine eng(engine::kind::cpu, 0);
+    stream s(eng);
+    memory::desc a_md({m, k}, memory::data_type::bf16, memory::format_tag::ab);
+    memory::desc b_any({k, n}, memory::data_type::bf16, memory::format_tag::any);
+    memory::desc b_md({k, n}, memory::data_type::bf16, memory::format_tag::ba);
+    memory::desc c_md({m, n}, memory::data_type::f32, memory::format_tag::ab);
+    matmul::primitive_desc pd(matmul::desc(a_md, b_any, c_md), eng);
+    memory a(a_md, eng), b_plain(b_md, eng), b(pd.weights_desc(), eng), c(c_md, eng);
+    auto fill = [](memory& mem, size_t count) {
+        auto* p = static_cast<uint16_t*>(mem.get_data_handle());
+        for (size_t i = 0; i < count; ++i) p[i] = static_cast<uint16_t>(0x3c00 + (i * 2654435761u >> 20) % 256);
+    };
+    fill(a, static_cast<size_t>(m * k));
+    fill(b_plain, static_cast<size_t>(k * n));
+    reorder(b_plain, b).execute(s, b_plain, b);
+    matmul mm(pd);
+    double best = 1e30;
+    for (int i = 0; i < iters; ++i) {
+        const auto t0 = Clock::now();
+        mm.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+        s.wait();
+        if (i > 0) best = std::min(best, seconds_since(t0));  // the first run creates the kernels
+    }
+    return 2.0 * static_cast<double>(m) * k * n / best / 1e9;
+}
+
+JsonValue profile_json(const DecisionProfile& p) {
+    const BackboneProfile& b = p.backbone;
+    JsonValue o = JsonValue::object();
+    auto add = [&](const char* name, double v) { o.set(name, JsonValue::number(v)); };
+    add("total", p.total);
+    add("backbone", p.backbone_total);
+    add("embed", b.embed);
+    add("norms_residual", b.norms);
+    add("gdn_proj", b.gdn_proj);
+    add("gdn_conv_gates", b.gdn_conv_gates);
+    add("delta_rule", b.delta_rule);
+    add("attn_proj", b.attn_proj);
+    add("attn_rope_norm_gate", b.attn_rope_norm);
+    add("attention", b.attention);
+    add("mlp_proj", b.mlp_proj);
+    add("mlp_act", b.mlp_act);
+    add("head_features", p.head_features);
+    add("head_decide", p.head_decide);
+    return o;
+}
+
+void run_bench(const BenchArgs& a) {
+    if (a.tokens <= 0) throw Error("--tokens must be positive");
+    if (a.repeat <= 0) throw Error("--repeat must be positive");
+    if (a.warmup < 0) throw Error("--warmup must be >= 0");
+    if (a.tokens > (int64_t{1} << 30)) throw Error("--tokens is too large");
+    DecideOptions opt;
+    if (!parse_precision(a.precision, opt.backbone.precision))
+        throw Error("--precision: expected exact or bf16, got '" + a.precision + "'");
+    opt.backbone.reference = a.reference;
+    opt.backbone.prefill_chunk = a.chunk;
+    opt.max_length = static_cast<int>(a.tokens);
+    if (a.threads > 0) ops::set_num_threads(a.threads);
+
+    const auto tl = Clock::now();
+    std::unique_ptr<Engine> engine = Engine::load(a.model);
+    const double load_s = seconds_since(tl);
+    const Engine::Prepared prepared = engine->prepare(synthetic_request(a.tokens), opt);
+    const int64_t T = static_cast<int64_t>(prepared.prompt.input_ids.size());
+    if (T != a.tokens)
+        throw Error("bench: the synthetic prompt has " + std::to_string(T) + " tokens, not " +
+                    std::to_string(a.tokens) + " (the schema alone may be longer)");
+
+    for (int i = 0; i < a.warmup; ++i) engine->run(prepared, opt);
+    std::vector<double> total;
+    DecisionProfile best;
+    for (int i = 0; i < a.repeat; ++i) {
+        DecisionProfile p;
+        opt.profile = &p;
+        engine->run(prepared, opt);
+        if (total.empty() || p.total < *std::min_element(total.begin(), total.end())) best = p;
+        total.push_back(p.total);
+    }
+    std::vector<double> sorted = total;
+    std::sort(sorted.begin(), sorted.end());
+    const double t_best = sorted.front();
+    const double t_median = sorted.size() % 2 ? sorted[sorted.size() / 2]
+                                               : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
+    const double flops = backbone_flops(engine->config().text, T);
+    const double gflops = flops / best.backbone_total / 1e9;
+    const double peak = onednn_bf16_peak_gflops(512, 4096, 4096, 6);
+    const double head = best.head_features + best.head_decide;
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+
+    JsonValue o = JsonValue::object();
+    o.set("tokens", JsonValue::integer(T));
+    o.set("threads", JsonValue::integer(ops::num_threads()));
+    o.set("precision", JsonValue::string(a.reference ? "reference" : a.precision));
+    o.set("chunk", JsonValue::integer(a.chunk));
+    o.set("repeat", JsonValue::integer(a.repeat));
+    o.set("seconds_best", JsonValue::number(t_best));
+    o.set("seconds_median", JsonValue::number(t_median));
+    o.set("tokens_per_s", JsonValue::number(static_cast<double>(T) / t_best));
+    o.set("backbone_gflop", JsonValue::number(flops / 1e9));
+    o.set("gflops", JsonValue::number(gflops));
+    o.set("peak_gflops", JsonValue::number(peak));
+    o.set("peak_ratio", JsonValue::number(gflops / peak));
+    o.set("head_share", JsonValue::number(head / best.total));
+    o.set("peak_rss_mib", JsonValue::number(static_cast<double>(ru.ru_maxrss) / 1024.0));
+    o.set("load_seconds", JsonValue::number(load_s));
+    if (a.profile) o.set("profile", profile_json(best));
+    std::string out = write_json(o);
+    out += '\n';
+    std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+    auto args = std::make_shared<BenchArgs>();
+    CLI::App* cmd = app.add_subcommand("bench", "Time whole decisions on a synthetic prompt of N tokens (JSON line)");
+    cmd->add_option("--model", args->model, "Model directory (publisher layout) or GGUF file")->required();
+    cmd->add_option("--tokens", args->tokens, "Prompt tokens")->capture_default_str();
+    cmd->add_option("--repeat", args->repeat, "Timed decisions (best and median are reported)")
+        ->capture_default_str();
+    cmd->add_option("--warmup", args->warmup, "Untimed decisions first")->capture_default_str();
+    cmd->add_option("--threads", args->threads, "Kernel threads (0 = OMP_NUM_THREADS or the physical cores)")
+        ->capture_default_str();
+    cmd->add_option("--precision", args->precision, "Projection activations: exact (fp32-accurate) or bf16")
+        ->capture_default_str();
+    cmd->add_option("--chunk", args->chunk, "Prefill chunk length in tokens (0 = whole prompt)")
+        ->capture_default_str();
+    cmd->add_flag("--reference", args->reference, "Run the scalar reference path (the oracle) instead");
+    cmd->add_flag("--profile", args->profile, "Add a per-op time breakdown of the best run (seconds)");
+    cmd->callback([args] { run_bench(*args); });
+}
+
+}  // namespace clef
