@@ -1,0 +1,328 @@
+// ggml block formats (src/quant): dequantisation against an independent per-value decoder, hand-built blocks
+// with values worked out by hand from the format definition, quantiser round trips, and the type rules of
+// `clef convert`.
+//
+// Source of the expected values: the per-value decoder below is written from the block layouts (ggml's
+// ggml-common.h block structs as documented in src/quant/quant.h), indexing each value directly (value i ->
+// byte, nibble, high bits, scale) instead of the implementation's block loops; the literal cases were computed
+// by hand.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "model/gguf_model.h"
+#include "quant/quant.h"
+#include "util/error.h"
+#include "util/half.h"
+
+using namespace clef;
+
+namespace {
+
+float h(const uint8_t* p) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return f16_to_f32(v);
+}
+
+// 6-bit scale and min of sub-block j of the 12-byte K-quant scales (ggml's get_scale_min_k4 layout).
+void k4(const uint8_t* s, int j, int& sc, int& m) {
+    if (j < 4) {
+        sc = s[j] & 63;
+        m = s[j + 4] & 63;
+    } else {
+        sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+// Value i of the block starting at b.
+float expected_value(GgmlType t, const uint8_t* b, int i) {
+    switch (t) {
+        case GgmlType::Q4_0: {
+            const int nib = i < 16 ? b[2 + i] & 15 : b[2 + i - 16] >> 4;
+            return static_cast<float>(nib - 8) * h(b);
+        }
+        case GgmlType::Q4_1: {
+            const int nib = i < 16 ? b[4 + i] & 15 : b[4 + i - 16] >> 4;
+            return static_cast<float>(nib) * h(b) + h(b + 2);
+        }
+        case GgmlType::Q5_0: {
+            uint32_t qh;
+            std::memcpy(&qh, b + 2, 4);
+            const int nib = i < 16 ? b[6 + i] & 15 : b[6 + i - 16] >> 4;
+            const int hb = static_cast<int>((qh >> i) & 1);
+            return static_cast<float>((nib | (hb << 4)) - 16) * h(b);
+        }
+        case GgmlType::Q5_1: {
+            uint32_t qh;
+            std::memcpy(&qh, b + 4, 4);
+            const int nib = i < 16 ? b[8 + i] & 15 : b[8 + i - 16] >> 4;
+            return static_cast<float>(nib | (((qh >> i) & 1) << 4)) * h(b) + h(b + 2);
+        }
+        case GgmlType::Q8_0: return static_cast<float>(static_cast<int8_t>(b[2 + i])) * h(b);
+        case GgmlType::Q4_K: {
+            const int sub = i / 32, group = i / 64, l = i % 32;
+            const uint8_t byte = b[16 + 32 * group + l];
+            const int nib = sub % 2 == 0 ? byte & 15 : byte >> 4;
+            int sc, m;
+            k4(b + 4, sub, sc, m);
+            return h(b) * static_cast<float>(sc) * static_cast<float>(nib) - h(b + 2) * static_cast<float>(m);
+        }
+        case GgmlType::Q5_K: {
+            const int sub = i / 32, group = i / 64, l = i % 32;
+            const uint8_t byte = b[48 + 32 * group + l];
+            const int nib = sub % 2 == 0 ? byte & 15 : byte >> 4;
+            const int hb = (b[16 + l] >> sub) & 1;
+            int sc, m;
+            k4(b + 4, sub, sc, m);
+            return h(b) * static_cast<float>(sc) * static_cast<float>(nib + 16 * hb) -
+                   h(b + 2) * static_cast<float>(m);
+        }
+        case GgmlType::Q6_K: {
+            const int half = i / 128, r = i % 128, quarter = r / 32, l = r % 32;
+            const uint8_t lo = b[64 * half + l + 32 * (quarter % 2)];
+            const int nib = quarter < 2 ? lo & 15 : lo >> 4;
+            const int hb = (b[128 + 32 * half + l] >> (2 * quarter)) & 3;
+            const int q = (nib | (hb << 4)) - 32;
+            const int sc = static_cast<int8_t>(b[192 + 8 * half + 2 * quarter + l / 16]);
+            return h(b + 208) * static_cast<float>(sc * q);
+        }
+        default: break;
+    }
+    ADD_FAILURE() << "no decoder";
+    return 0;
+}
+
+// Offsets of the fp16 fields of a block (kept finite and small in random blocks).
+std::vector<int> half_fields(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q4_0:
+        case GgmlType::Q5_0:
+        case GgmlType::Q8_0: return {0};
+        case GgmlType::Q4_1:
+        case GgmlType::Q5_1:
+        case GgmlType::Q4_K:
+        case GgmlType::Q5_K: return {0, 2};
+        case GgmlType::Q6_K: return {208};
+        default: return {};
+    }
+}
+
+const GgmlType kQuantTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                                GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+void put_half(std::vector<uint8_t>& b, size_t off, float v) {
+    const uint16_t x = f32_to_f16(v);
+    std::memcpy(b.data() + off, &x, 2);
+}
+
+}  // namespace
+
+TEST(Quant, TypeTraits) {
+    EXPECT_STREQ(ggml_type_traits(12).name, "q4_K");
+    EXPECT_EQ(ggml_type_traits(14).type_size, 210u);
+    EXPECT_EQ(ggml_type_traits(8).block_size, 32u);
+    EXPECT_EQ(ggml_type_traits(30).type_size, 2u);
+    EXPECT_EQ(ggml_type_traits(31).name, nullptr);  // retired Q4_0_4_4
+    EXPECT_EQ(ggml_type_name(31), "type 31");
+    EXPECT_FALSE(ggml_type_traits(10).supported);  // q2_K
+    EXPECT_EQ(ggml_row_bytes(ggml_type_traits(13), 512), 352u);
+}
+
+TEST(Quant, RandomBlocksMatchPerValueDecoder) {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> scale(-2.f, 2.f);
+    for (GgmlType t : kQuantTypes) {
+        const GgmlTypeTraits tt = ggml_type_traits(static_cast<uint32_t>(t));
+        SCOPED_TRACE(tt.name);
+        const int nblocks = 5;
+        std::vector<uint8_t> bytes(nblocks * tt.type_size);
+        for (auto& x : bytes) x = static_cast<uint8_t>(rng());
+        for (int b = 0; b < nblocks; ++b)
+            for (int off : half_fields(t)) put_half(bytes, b * tt.type_size + off, scale(rng));
+        const int n = nblocks * static_cast<int>(tt.block_size);
+        std::vector<float> got(n), fast(n);
+        dequantize_ref(t, bytes.data(), got.data(), n);
+        dequantize_row_f32(t, bytes.data(), fast.data(), n);
+        std::vector<uint16_t> bf(n);
+        dequantize_row_bf16(t, bytes.data(), bf.data(), n);
+        for (int i = 0; i < n; ++i) {
+            const float want = expected_value(t, bytes.data() + (i / tt.block_size) * tt.type_size, i % tt.block_size);
+            ASSERT_FLOAT_EQ(got[i], want) << i;
+            ASSERT_EQ(fast[i], got[i]) << i;
+            ASSERT_EQ(bf[i], f32_to_bf16(got[i])) << i;
+        }
+    }
+}
+
+TEST(Quant, HandBuiltBlocks) {
+    // Q8_0: d = 0.5, q = [-127, 3, 0, ...] -> -63.5, 1.5, 0.
+    {
+        std::vector<uint8_t> b(34, 0);
+        put_half(b, 0, 0.5f);
+        b[2] = static_cast<uint8_t>(-127);
+        b[3] = 3;
+        float y[32];
+        dequantize_ref(GgmlType::Q8_0, b.data(), y, 32);
+        EXPECT_EQ(y[0], -63.5f);
+        EXPECT_EQ(y[1], 1.5f);
+        EXPECT_EQ(y[2], 0.f);
+    }
+    // Q4_0: d = 2, qs[0] = 0x9F -> value 0 = (15 - 8) * 2 = 14, value 16 = (9 - 8) * 2 = 2; zero nibbles -> -16.
+    {
+        std::vector<uint8_t> b(18, 0);
+        put_half(b, 0, 2.f);
+        b[2] = 0x9F;
+        float y[32];
+        dequantize_ref(GgmlType::Q4_0, b.data(), y, 32);
+        EXPECT_EQ(y[0], 14.f);
+        EXPECT_EQ(y[16], 2.f);
+        EXPECT_EQ(y[1], -16.f);
+    }
+    // Q5_1: d = 0.25, m = -1, qh bit 17 set, qs[1] = 0x3? -> value 17 = (3 | 16) * 0.25 - 1 = 3.75.
+    {
+        std::vector<uint8_t> b(24, 0);
+        put_half(b, 0, 0.25f);
+        put_half(b, 2, -1.f);
+        b[4 + 2] = 0x02;  // qh bit 17
+        b[8 + 1] = 0x30;  // value 17: high nibble of qs[1]
+        float y[32];
+        dequantize_ref(GgmlType::Q5_1, b.data(), y, 32);
+        EXPECT_EQ(y[17], 3.75f);
+        EXPECT_EQ(y[1], -1.f);
+    }
+    // Q4_K: d = 1, dmin = 0.5; sub-block 0: scale 3, min 2; sub-block 5: scale 0x25 (37), min 0x13 (19);
+    // value 0 = 1*3*nib(qs[0] low = 4) - 0.5*2 = 11; value 160 (sub 5, group 2, high nibble of qs[64] = 2)
+    // = 37*2 - 0.5*19 = 64.5.
+    {
+        std::vector<uint8_t> b(144, 0);
+        put_half(b, 0, 1.f);
+        put_half(b, 2, 0.5f);
+        uint8_t* s = b.data() + 4;
+        s[0] = 3;
+        s[4] = 2;
+        // j = 5: sc = (s[9] & 15) | (s[1] >> 6) << 4; m = (s[9] >> 4) | (s[5] >> 6) << 4.
+        s[9] = static_cast<uint8_t>((37 & 15) | ((19 & 15) << 4));
+        s[1] = static_cast<uint8_t>((37 >> 4) << 6);
+        s[5] = static_cast<uint8_t>((19 >> 4) << 6);
+        b[16 + 0] = 0x04;
+        b[16 + 64] = 0x20;
+        std::vector<float> y(256);
+        dequantize_ref(GgmlType::Q4_K, b.data(), y.data(), 256);
+        EXPECT_EQ(y[0], 11.f);
+        EXPECT_EQ(y[160], 64.5f);
+    }
+    // Q6_K: d = 0.125, scales[0] = -2; value 0 = low nibble of ql[0] (5) | (qh[0] & 3) << 4 (1) = 21 -> 21 - 32
+    // = -11 -> 0.125 * -2 * -11 = 2.75.
+    {
+        std::vector<uint8_t> b(210, 0);
+        put_half(b, 208, 0.125f);
+        b[192] = static_cast<uint8_t>(-2);
+        b[0] = 0x05;
+        b[128] = 0x01;
+        std::vector<float> y(256);
+        dequantize_ref(GgmlType::Q6_K, b.data(), y.data(), 256);
+        EXPECT_EQ(y[0], 2.75f);
+    }
+}
+
+TEST(Quant, QuantiserRoundTripErrors) {
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    const int n = 256 * 64;
+    std::vector<float> x(n);
+    for (auto& v : x) v = nd(rng);
+    struct Case {
+        GgmlType t;
+        double max_rel_rms;
+    };
+    // Relative RMS error bounds: a few times the uniform-quantiser noise of each format on N(0, 1) data.
+    const Case cases[] = {{GgmlType::F16, 1e-3},  {GgmlType::BF16, 5e-3}, {GgmlType::Q8_0, 0.01},
+                          {GgmlType::Q6_K, 0.03}, {GgmlType::Q5_K, 0.05}, {GgmlType::Q4_K, 0.10},
+                          {GgmlType::Q5_0, 0.06}, {GgmlType::Q5_1, 0.06}, {GgmlType::Q4_0, 0.12},
+                          {GgmlType::Q4_1, 0.12}};
+    for (const Case& c : cases) {
+        const GgmlTypeTraits tt = ggml_type_traits(static_cast<uint32_t>(c.t));
+        SCOPED_TRACE(tt.name);
+        std::vector<uint8_t> q(ggml_row_bytes(tt, n));
+        quantize_row(c.t, x.data(), q.data(), n);
+        std::vector<float> y(n);
+        dequantize_ref(c.t, q.data(), y.data(), n);
+        double e = 0, s = 0;
+        for (int i = 0; i < n; ++i) e += (y[i] - x[i]) * (y[i] - x[i]), s += x[i] * x[i];
+        const double rel = std::sqrt(e / s);
+        EXPECT_LT(rel, c.max_rel_rms);
+        EXPECT_GT(rel, 0.0);
+        RecordProperty(std::string("rel_rms_") + tt.name, std::to_string(rel));
+        std::printf("%-5s relative RMS error %.5f\n", tt.name, rel);
+    }
+}
+
+TEST(Quant, ZerosAndExactValues) {
+    std::vector<float> z(256, 0.f), y(256, 1.f);
+    for (GgmlType t : kQuantTypes) {
+        const GgmlTypeTraits tt = ggml_type_traits(static_cast<uint32_t>(t));
+        std::vector<uint8_t> q(tt.type_size * (256 / tt.block_size));
+        quantize_row(t, z.data(), q.data(), 256);
+        dequantize_ref(t, q.data(), y.data(), 256);
+        for (float v : y) ASSERT_EQ(v, 0.f) << tt.name;
+    }
+    // Integers in [-127, 127] with the block maximum 127 are exact in Q8_0 (d = 1).
+    std::vector<float> x(32);
+    for (int i = 0; i < 32; ++i) x[i] = static_cast<float>(i * 8 - 127 + (i == 31 ? 2 : 0));
+    x[31] = 127;
+    std::vector<uint8_t> q(34);
+    quantize_row(GgmlType::Q8_0, x.data(), q.data(), 32);
+    std::vector<float> out(32);
+    dequantize_ref(GgmlType::Q8_0, q.data(), out.data(), 32);
+    for (int i = 0; i < 32; ++i) EXPECT_EQ(out[i], x[i]) << i;
+}
+
+TEST(Quant, Refusals) {
+    std::vector<uint8_t> q(1024);
+    std::vector<float> y(256);
+    try {
+        dequantize_ref(GgmlType::Q2_K, q.data(), y.data(), 256);
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("q2_K"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(dequantize_ref(GgmlType::Q4_K, q.data(), y.data(), 100), Error);  // not whole blocks
+    EXPECT_THROW(quantize_row(GgmlType::IQ4_XS, y.data(), q.data(), 256), Error);
+}
+
+TEST(Quant, ConvertTypeRules) {
+    const int L = 32;
+    auto ty = [&](const std::string& n, std::vector<uint64_t> d, GgufFileType ft) {
+        return ggml_type_name(gguf_tensor_type(n, d, ft, L));
+    };
+    // 1-D tensors, norms, ssm_a / conv: f32.
+    EXPECT_EQ(ty("blk.0.attn_norm.weight", {4096}, GgufFileType::Q4_K_M), "f32");
+    EXPECT_EQ(ty("blk.0.ssm_conv1d.weight", {4, 8192}, GgufFileType::Q8_0), "f32");
+    EXPECT_EQ(ty("decision.scales", {3}, GgufFileType::Q4_K_M), "f32");
+    // Q4_K_M: base q4_K, output q6_K, attention / SSM projections q8_0, ffn_down q6_K on use_more_bits layers.
+    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {4096, 12288}, GgufFileType::Q4_K_M), "q4_K");
+    EXPECT_EQ(ty("token_embd.weight", {4096, 248320}, GgufFileType::Q4_K_M), "q4_K");
+    EXPECT_EQ(ty("output.weight", {4096, 248320}, GgufFileType::Q4_K_M), "q6_K");
+    EXPECT_EQ(ty("blk.1.attn_qkv.weight", {4096, 8192}, GgufFileType::Q4_K_M), "q8_0");
+    EXPECT_EQ(ty("blk.0.ffn_down.weight", {12288, 4096}, GgufFileType::Q4_K_M), "q6_K");  // i < n/8
+    EXPECT_EQ(ty("blk.5.ffn_down.weight", {12288, 4096}, GgufFileType::Q4_K_M), "q4_K");  // (5-4)%3 != 2
+    EXPECT_EQ(ty("blk.7.ffn_down.weight", {12288, 4096}, GgufFileType::Q4_K_M), "q4_K");  // (7-4)%3 == 0
+    EXPECT_EQ(ty("blk.6.ffn_down.weight", {12288, 4096}, GgufFileType::Q5_K_M), "q6_K");  // (6-4)%3 == 2
+    EXPECT_EQ(ty("blk.1.ffn_up.weight", {4096, 12288}, GgufFileType::Q5_K_M), "q5_K");
+    // Head: q8_0 matrices, scorer_out bf16.
+    EXPECT_EQ(ty("decision.proj_memory.weight", {4096, 1024}, GgufFileType::Q4_K_M), "q8_0");
+    EXPECT_EQ(ty("decision.scorer_out.weight", {1024, 1}, GgufFileType::Q4_K_M), "f32");  // one row: 1-D-like
+    EXPECT_EQ(ty("decision.scorer_out.weight", {1024, 2}, GgufFileType::Q4_K_M), "bf16");
+    // Fallbacks for rows that are not whole K blocks: q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, then f16.
+    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {64, 128}, GgufFileType::Q4_K_M), "q5_0");
+    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {64, 128}, GgufFileType::Q5_K_M), "q5_1");
+    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {64, 128}, GgufFileType::Q6_K), "q8_0");
+    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {48, 128}, GgufFileType::Q6_K), "f16");
+    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {48, 128}, GgufFileType::Q8_0), "f16");
+    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {48, 128}, GgufFileType::BF16), "bf16");
+}
