@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <dnnl.hpp>
 #include <map>
@@ -174,7 +175,10 @@ using tag = dnnl::memory::format_tag;
 dnnl::matmul::primitive_desc make_pd(int64_t m, int64_t k, int64_t n, const dnnl::memory::desc& wdesc) {
     const dnnl::memory::desc a({m, k}, dt::bf16, tag::ab);
     const dnnl::memory::desc c({m, n}, dt::f32, tag::ab);
-    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, wdesc, c), dnnl_engine());
+    // A caller-owned scratchpad per call: concurrent forward() calls from several threads never share one.
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, wdesc, c), attr, dnnl_engine());
 }
 
 bool is_bf16_hw_impl(const std::string& impl) {
@@ -216,20 +220,48 @@ struct PackedLinear::Impl {
     dnnl::memory wmem;
     std::string impl;
     mutable std::mutex mu;
-    mutable std::map<int64_t, dnnl::matmul> cache;
+    struct Prim {
+        dnnl::matmul matmul;
+        size_t scratch_bytes = 0;
+    };
+    mutable std::map<int64_t, Prim> cache;  // by row count; primitives are created once per distinct m
 
-    dnnl::matmul primitive(int64_t rows, int64_t k, int64_t n) const {
+    Prim primitive(int64_t rows, int64_t k, int64_t n) const {
         std::lock_guard<std::mutex> lock(mu);
         auto it = cache.find(rows);
         if (it != cache.end()) return it->second;
         if (cache.size() >= 64) cache.erase(cache.begin());
-        dnnl::matmul prim(make_pd(rows, k, n, wdesc));
+        const auto pd = make_pd(rows, k, n, wdesc);
+        Prim prim{dnnl::matmul(pd), pd.scratchpad_desc().get_size()};
         cache.emplace(rows, prim);
         return prim;
+    }
+
+    // dst[rows][n] = a[rows][k] . W (bf16 src, f32 dst), on stream s.
+    void run(dnnl::stream& s, const uint16_t* a, int64_t rows, float* dst, int64_t k, int64_t n) const {
+        thread_local std::vector<uint8_t> pad;
+        const Prim prim = primitive(rows, k, n);
+        if (pad.size() < prim.scratch_bytes) pad.resize(prim.scratch_bytes);
+        dnnl::memory am({{rows, k}, dt::bf16, tag::ab}, dnnl_engine(), const_cast<uint16_t*>(a));
+        dnnl::memory cm({{rows, n}, dt::f32, tag::ab}, dnnl_engine(), dst);
+        dnnl::memory sm({{static_cast<int64_t>(prim.scratch_bytes)}, dt::u8, tag::a}, dnnl_engine(),
+                        pad.data());
+        prim.matmul.execute(
+            s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}});
+        s.wait();
     }
 };
 
 GemmBackend PackedLinear::auto_backend(WeightType t) {
+    // CLEF_GEMM_BACKEND=onednn|avx512|scalar overrides the choice (for measurements), when available.
+    if (const char* e = std::getenv("CLEF_GEMM_BACKEND")) {
+        const std::string v(e);
+        const GemmBackend b = v == "onednn"   ? GemmBackend::OneDnn
+                              : v == "avx512" ? GemmBackend::Avx512
+                              : v == "scalar" ? GemmBackend::Scalar
+                                              : GemmBackend::Auto;
+        if (b != GemmBackend::Auto && backend_available(b, t)) return b;
+    }
     if (t == WeightType::BF16 && backend_available(GemmBackend::OneDnn, t)) return GemmBackend::OneDnn;
     if (backend_available(GemmBackend::Avx512, t)) return GemmBackend::Avx512;
     return GemmBackend::Scalar;
@@ -376,30 +408,27 @@ void PackedLinear::forward(const float* x, int64_t m, float* y, Precision p, con
         thread_local std::vector<uint16_t> abuf;
         thread_local std::vector<float> dbuf;
         dnnl::stream s(dnnl_engine());
+        // Row blocks of near-equal size (no 1-row tail call); each block size gets one cached primitive.
+        auto block_rows = [m](int64_t cap) {
+            const int64_t nb = (m + cap - 1) / cap;
+            return (m + nb - 1) / nb;
+        };
         if (p == Precision::BF16) {
-            const int64_t mb = 1024;
+            const int64_t mb = block_rows(1024);
             for (int64_t i0 = 0; i0 < m; i0 += mb) {
                 const int64_t r = std::min(mb, m - i0);
                 uint16_t* a = scratch(abuf, static_cast<size_t>(r * k));
                 round_bf16(x + i0 * k, r * k, a);
-                dnnl::memory am({{r, k}, dt::bf16, tag::ab}, dnnl_engine(), a);
-                dnnl::memory cm({{r, n}, dt::f32, tag::ab}, dnnl_engine(), y + i0 * n);
-                im.primitive(r, k, n).execute(
-                    s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, im.wmem}, {DNNL_ARG_DST, cm}});
+                im.run(s, a, r, y + i0 * n, k, n);
             }
-            s.wait();
         } else {
-            const int64_t mb = 256;  // rows per call: the three terms are stacked into 3 * mb rows
+            const int64_t mb = block_rows(256);  // the three terms are stacked into 3 * mb rows
             for (int64_t i0 = 0; i0 < m; i0 += mb) {
                 const int64_t r = std::min(mb, m - i0);
                 uint16_t* a = scratch(abuf, static_cast<size_t>(3 * r * k));
                 float* d = scratch(dbuf, static_cast<size_t>(3 * r * n));
                 split3(x + i0 * k, r, k, a, a + r * k, a + 2 * r * k);
-                dnnl::memory am({{3 * r, k}, dt::bf16, tag::ab}, dnnl_engine(), a);
-                dnnl::memory cm({{3 * r, n}, dt::f32, tag::ab}, dnnl_engine(), d);
-                im.primitive(3 * r, k, n)
-                    .execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, im.wmem}, {DNNL_ARG_DST, cm}});
-                s.wait();
+                im.run(s, a, 3 * r, d, k, n);
                 float* yb = y + i0 * n;
                 const float* dh = d;
                 const float* dm = d + r * n;

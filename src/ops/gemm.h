@@ -64,7 +64,8 @@ public:
     // Thread-safe (concurrent calls share the cached primitives under a lock); uses num_threads() threads.
     void forward(const float* x, int64_t m, float* y, Precision p, const float* bias = nullptr) const;
 
-    // The backend Auto resolves to for this CPU and weight type.
+    // The backend Auto resolves to for this CPU and weight type (env CLEF_GEMM_BACKEND=onednn|avx512|scalar
+    // overrides it when that backend is available).
     static GemmBackend auto_backend(WeightType t);
     // Whether a backend can run here (OneDnn: oneDNN reports an AMX or avx512_core_bf16 bf16 matmul).
     static bool backend_available(GemmBackend b, WeightType t = WeightType::BF16);
