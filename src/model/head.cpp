@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ops/basic.h"
+#include "ops/gemm.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -32,12 +33,18 @@ bool is_float_dtype(DType t) {
     return t == DType::BF16 || t == DType::F16 || t == DType::F32 || t == DType::F64;
 }
 
-// A torch.nn.Linear: w [out][in], optional bias [out].
+// A torch.nn.Linear: w [out][in], optional bias [out]. The fast path runs `packed` (fp32 weights packed once,
+// Precision::Exact); a head loaded with reference = true leaves it empty and runs the scalar ops::linear.
 struct Dense {
     std::vector<float> w, b;
     int64_t out = 0, in = 0;
+    ops::PackedLinear packed;
+    void pack() { packed = ops::PackedLinear({w.data(), ops::WeightType::F32}, out, in); }
     void apply(const float* x, int64_t rows, float* y) const {
-        ops::linear(x, rows, in, w.data(), out, b.empty() ? nullptr : b.data(), y);
+        if (!packed.empty())
+            packed.forward(x, rows, y, ops::Precision::Exact, b.empty() ? nullptr : b.data());
+        else
+            ops::linear(x, rows, in, w.data(), out, b.empty() ? nullptr : b.data(), y);
     }
 };
 
@@ -51,7 +58,7 @@ struct Norm {
 
 // A torch.nn.MultiheadAttention: packed in-projection rows [q; k; v] with bias, then out_proj.
 struct Attn {
-    std::vector<float> in_w, in_b;  // [3W][W], [3W]
+    Dense q, k, v;  // the rows [0, W), [W, 2W), [2W, 3W) of in_proj_weight / in_proj_bias
     Dense out;
 };
 
@@ -104,7 +111,7 @@ void read_row(const TensorView& t, int64_t row, int64_t cols, float* dst) {
 // Takes tensors out of the head file by name with their expected shape, and remembers which were used.
 class TensorTaker {
 public:
-    explicit TensorTaker(const SafetensorsFile& f) : f_(f) {}
+    TensorTaker(const SafetensorsFile& f, bool pack) : f_(f), pack_(pack) {}
 
     std::vector<float> take(const std::string& name, const std::vector<int64_t>& shape) {
         const TensorView* t = f_.find(name);
@@ -125,6 +132,7 @@ public:
         d.in = in;
         d.w = take(prefix + ".weight", {out, in});
         if (bias) d.b = take(prefix + ".bias", {out});
+        if (pack_) d.pack();
         return d;
     }
     Norm norm(const std::string& prefix, int64_t d) {
@@ -135,8 +143,16 @@ public:
     }
     Attn attn(const std::string& prefix, int64_t w) {
         Attn a;
-        a.in_w = take(prefix + ".in_proj_weight", {3 * w, w});
-        a.in_b = take(prefix + ".in_proj_bias", {3 * w});
+        const std::vector<float> in_w = take(prefix + ".in_proj_weight", {3 * w, w});
+        const std::vector<float> in_b = take(prefix + ".in_proj_bias", {3 * w});
+        Dense* parts[3] = {&a.q, &a.k, &a.v};
+        for (int i = 0; i < 3; ++i) {
+            Dense& d = *parts[i];
+            d.out = d.in = w;
+            d.w.assign(in_w.begin() + i * w * w, in_w.begin() + (i + 1) * w * w);
+            d.b.assign(in_b.begin() + i * w, in_b.begin() + (i + 1) * w);
+            if (pack_) d.pack();
+        }
         a.out = dense(prefix + ".out_proj", w, w, true);
         return a;
     }
@@ -148,6 +164,7 @@ public:
 
 private:
     const SafetensorsFile& f_;
+    bool pack_;
     std::set<std::string> used_;
 };
 
@@ -185,8 +202,8 @@ void memory_kv(const Attn& a, const Norm* norm, const float* mem, int64_t rows, 
             norm->apply(x, n, normed.data());
             x = normed.data();
         }
-        ops::linear(x, n, W, a.in_w.data() + W * W, W, a.in_b.data() + W, k + r0 * W);
-        ops::linear(x, n, W, a.in_w.data() + 2 * W * W, W, a.in_b.data() + 2 * W, v + r0 * W);
+        a.k.apply(x, n, k + r0 * W);
+        a.v.apply(x, n, v + r0 * W);
     }
 }
 
@@ -194,7 +211,7 @@ void memory_kv(const Attn& a, const Norm* norm, const float* mem, int64_t rows, 
 void attend(const Attn& a, int heads, int64_t W, const float* xq, int64_t lq, const float* k, const float* v,
             int64_t lk, float* out) {
     std::vector<float> q(static_cast<size_t>(lq * W)), ctx(static_cast<size_t>(lq * W));
-    ops::linear(xq, lq, W, a.in_w.data(), W, a.in_b.data(), q.data());
+    a.q.apply(xq, lq, q.data());
     const int dh = static_cast<int>(W / heads);
     ops::attention(q.data(), W, k, W, v, W, lq, lk, heads, heads, dh, 1.f / std::sqrt(static_cast<float>(dh)),
                    false, ctx.data(), W);
@@ -231,7 +248,8 @@ size_t total_options(const std::vector<HeadQuestion>& questions) {
 // -----------------------------------------------------------------------------------------------------------
 // Loading
 
-JointHead::JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights, const TensorView& lm_head) {
+JointHead::JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights, const TensorView& lm_head,
+                     bool reference) {
     const std::string& path = head_weights.path();
     if (cfg.hidden_size <= 0 || cfg.width <= 0 || cfg.heads <= 0 || cfg.feedforward <= 0 ||
         cfg.routing_layers < 0 || cfg.layers < 0)
@@ -256,7 +274,7 @@ JointHead::JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights,
     w->cfg = cfg;
     w->lm_head = lm_head;
 
-    TensorTaker t(head_weights);
+    TensorTaker t(head_weights, !reference);
     w->hidden_norm = t.norm("hidden_norm", H);
     w->memory_projection = t.dense("memory_projection", W, H, false);
     w->question_projection = t.dense("question_projection", W, H, false);

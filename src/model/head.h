@@ -57,8 +57,10 @@ public:
     // option-span ids are read, so the file behind lm_head must outlive this object. Every head tensor is
     // checked by name and shape against cfg (unknown tensors are refused, as a strict state-dict load would),
     // converted to fp32, and the scalars are clamped at ln(100) before exp. Throws clef::Error naming the
-    // file and tensor.
-    JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights, const TensorView& lm_head);
+    // file and tensor. The projections run as ops::PackedLinear (packed once here, fp32-exact); reference =
+    // true keeps the scalar ops::linear instead (the oracle).
+    JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights, const TensorView& lm_head,
+              bool reference = false);
 
     const HeadConfig& config() const;
     int64_t vocab_size() const;
