@@ -6,13 +6,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <dnnl.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "ops/attention_fast.h"
+#include "ops/basic.h"
 #include "ops/cpu.h"
+#include "ops/delta_rule.h"
 #include "ops/gemm.h"
 #include "util/half.h"
 
@@ -120,6 +124,133 @@ void shapes(benchmark::internal::Benchmark* b) {
     b->Args({7, 4096, 4096});
     b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
+
+// Causal attention over L tokens: fast (Exact / BF16) vs the scalar oracle. Args: L, hq, hkv, dh, kind
+// (0 = ops::attention, 1 = fast Exact, 2 = fast BF16). GFLOPs counts 4 L^2/2 hq dh (QK^T and PV, causal
+// half).
+void BM_Attention(benchmark::State& st) {
+    const int64_t L = st.range(0);
+    const int hq = static_cast<int>(st.range(1)), hkv = static_cast<int>(st.range(2)),
+              dh = static_cast<int>(st.range(3));
+    const int kind = static_cast<int>(st.range(4));
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> q(L * hq * dh), k(L * hkv * dh), v(L * hkv * dh), o(L * hq * dh);
+    for (auto* vec : {&q, &k, &v})
+        for (float& x : *vec) x = nd(rng);
+    const float scale = 1.f / std::sqrt(float(dh));
+    for (auto _ : st) {
+        if (kind == 0)
+            clef::ops::attention(q.data(), hq * dh, k.data(), hkv * dh, v.data(), hkv * dh, L, L, hq, hkv, dh,
+                                 scale, true, o.data(), hq * dh);
+        else
+            clef::ops::attention_fast(q.data(), hq * dh, k.data(), hkv * dh, v.data(), hkv * dh, L, L, hq,
+                                      hkv, dh, scale, true, o.data(), hq * dh,
+                                      kind == 1 ? Precision::Exact : Precision::BF16);
+        benchmark::DoNotOptimize(o.data());
+    }
+    st.counters["GFLOPs"] =
+        benchmark::Counter(2.0 * L * L * hq * dh / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+    st.SetLabel(kind == 0 ? "ops::attention" : kind == 1 ? "attention_fast Exact" : "attention_fast BF16");
+}
+BENCHMARK(BM_Attention)
+    ->Args({2048, 16, 2, 256, 0})
+    ->Args({2048, 16, 2, 256, 1})
+    ->Args({2048, 16, 2, 256, 2})
+    ->Args({2048, 4, 2, 32, 0})
+    ->Args({2048, 4, 2, 32, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Gated delta rule over T tokens, Flash-like heads (Hk 16, Hv 32, dk = dv = 128). Arg 1: 0 serial, 1 chunked,
+// 2 fast.
+void BM_DeltaRule(benchmark::State& st) {
+    const int64_t T = st.range(0);
+    const int kind = static_cast<int>(st.range(1));
+    const int Hk = 16, Hv = 32, dk = 128, dv = 128;
+    std::mt19937 rng(2);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::uniform_real_distribution<float> u(0.f, 1.f);
+    std::vector<float> q(T * Hk * dk), k(T * Hk * dk), v(T * Hv * dv), beta(T * Hv), g(T * Hv),
+        o(T * Hv * dv);
+    for (auto* vec : {&q, &k, &v})
+        for (float& x : *vec) x = nd(rng);
+    clef::ops::l2_norm(q.data(), T * Hk, dk, 1e-6f, 1.f / std::sqrt(float(dk)), q.data());
+    clef::ops::l2_norm(k.data(), T * Hk, dk, 1e-6f, 1.f, k.data());
+    for (size_t i = 0; i < beta.size(); ++i) {
+        beta[i] = u(rng);
+        g[i] = -0.02f - 2.f * u(rng);
+    }
+    clef::ops::DeltaRuleArgs a;
+    a.T = T;
+    a.num_k_heads = Hk;
+    a.num_v_heads = Hv;
+    a.dk = dk;
+    a.dv = dv;
+    a.q = q.data();
+    a.k = k.data();
+    a.q_stride = a.k_stride = Hk * dk;
+    a.v = v.data();
+    a.v_stride = Hv * dv;
+    a.beta = beta.data();
+    a.g = g.data();
+    a.beta_stride = a.g_stride = Hv;
+    a.out = o.data();
+    a.out_stride = Hv * dv;
+    for (auto _ : st) {
+        if (kind == 0)
+            clef::ops::gated_delta_rule_serial(a);
+        else if (kind == 1)
+            clef::ops::gated_delta_rule_chunked(a);
+        else
+            clef::ops::gated_delta_rule_chunked_fast(a);
+        benchmark::DoNotOptimize(o.data());
+    }
+    st.counters["tokens/s"] = benchmark::Counter(double(T), benchmark::Counter::kIsIterationInvariantRate);
+    st.SetLabel(kind == 0 ? "serial" : kind == 1 ? "chunked" : "chunked_fast");
+}
+BENCHMARK(BM_DeltaRule)
+    ->Args({1024, 0})
+    ->Args({1024, 1})
+    ->Args({1024, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Fused elementwise kernels on a 512 x 4096 activation: scalar reference (0) vs fast (1). Arg 0: which kernel
+// (0 rms_norm_zc, 1 silu_mul, 2 sigmoid_mul, 3 rms_norm_gated).
+void BM_Fused(benchmark::State& st) {
+    const int which = static_cast<int>(st.range(0));
+    const bool fast = st.range(1) != 0;
+    const int64_t rows = 512, d = 4096, n = rows * d;
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> x(n), z(n), w(d), y(n);
+    for (auto* vec : {&x, &z, &w})
+        for (float& e : *vec) e = nd(rng);
+    namespace o = clef::ops;
+    for (auto _ : st) {
+        switch (which) {
+            case 0:
+                (fast ? o::rms_norm_zc_fast : o::rms_norm_zc)(x.data(), rows, d, w.data(), 1e-6f, y.data());
+                break;
+            case 1:
+                (fast ? o::silu_mul_fast : o::silu_mul)(x.data(), z.data(), n, y.data());
+                break;
+            case 2:
+                (fast ? o::sigmoid_mul_fast : o::sigmoid_mul)(x.data(), z.data(), n, y.data());
+                break;
+            default:
+                (fast ? o::rms_norm_gated_fast : o::rms_norm_gated)(x.data(), z.data(), rows, d, w.data(),
+                                                                    1e-6f, y.data());
+        }
+        benchmark::DoNotOptimize(y.data());
+    }
+    static const char* names[] = {"rms_norm_zc", "silu_mul", "sigmoid_mul", "rms_norm_gated"};
+    st.SetLabel(std::string(names[which]) + (fast ? " fast" : " scalar"));
+    st.counters["Gelem/s"] =
+        benchmark::Counter(double(n) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Fused)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 
