@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "ops/attention_fast.h"
 #include "ops/basic.h"
 #include "ops/conv.h"
 #include "ops/delta_rule.h"
@@ -497,7 +498,10 @@ void Backbone::attention_mixer(const Layer& L, BackboneState::Layer& S, const fl
     const int64_t p0 = static_cast<int64_t>(S.k.size()) / kvdim - T;  // cache rows before this chunk
     {
         Timer tm(c.slot(&BackboneProfile::attention));
-        if (p0 == 0) {
+        if (!c.opt.reference) {
+            ops::attention_fast(q.data(), qdim, S.k.data(), kvdim, S.v.data(), kvdim, T, p0 + T, nh, nkv, hd, scale,
+                                true, attn.data(), qdim, c.opt.precision);
+        } else if (p0 == 0) {
             ops::attention(q.data(), qdim, S.k.data(), kvdim, S.v.data(), kvdim, T, T, nh, nkv, hd, scale, true,
                            attn.data(), qdim);
         } else {  // query i sees cache rows 0 .. p0 + i
