@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ops/basic.h"
+#include "ops/gemm.h"
 #include "util/error.h"
 
 namespace clef::ops {
@@ -178,17 +179,19 @@ void chunked_head(const DeltaRuleArgs& a, int h, int C) {
     store_state(a, h, S.data());
 }
 
-// The chunked form with contiguous chunk copies, the decay factors computed once per chunk and every inner
-// loop over a contiguous dimension (vectorised; AVX-512 clone at run time). Same algebra as chunked_head.
+// The chunked form with the chunk's products as small register-blocked matrix products (small_gemm_acc), the
+// decay factors exponentiated once per chunk and the forward substitution vectorised over rows (AVX-512 clone
+// at run time). Same algebra as chunked_head.
 __attribute__((target_clones("arch=x86-64-v4", "default"))) void chunked_head_fast(const DeltaRuleArgs& a,
                                                                                    int h, int C) {
     const int dk = a.dk, dv = a.dv;
     const Head p = head_of(a, h);
     std::vector<float> S(static_cast<size_t>(dk) * dv);
     load_state(a, h, S.data());
-    std::vector<float> G(C), eG(C), bt(C), A(static_cast<size_t>(C) * C), QK(static_cast<size_t>(C) * C),
-        Kc(static_cast<size_t>(C) * dk), Qc(static_cast<size_t>(C) * dk), U(static_cast<size_t>(C) * dv),
-        W(static_cast<size_t>(C) * dk), O(static_cast<size_t>(C) * dv), kd(static_cast<size_t>(C) * dk);
+    std::vector<float> G(C), eG(C), bt(C), KK(static_cast<size_t>(C) * C), QK(static_cast<size_t>(C) * C),
+        Kc(static_cast<size_t>(C) * dk), KcT(static_cast<size_t>(dk) * C), Qc(static_cast<size_t>(C) * dk),
+        U(static_cast<size_t>(C) * dv), W(static_cast<size_t>(C) * dk), O(static_cast<size_t>(C) * dv),
+        kdT(static_cast<size_t>(dk) * C);
     for (int64_t t0 = 0; t0 < a.T; t0 += C) {
         const int n = static_cast<int>(std::min<int64_t>(C, a.T - t0));
         float acc = 0.f;
@@ -196,26 +199,26 @@ __attribute__((target_clones("arch=x86-64-v4", "default"))) void chunked_head_fa
             G[i] = acc += p.g[(t0 + i) * a.g_stride];
             eG[i] = std::exp(G[i]);
             bt[i] = p.beta[(t0 + i) * a.beta_stride];
-            std::memcpy(&Kc[static_cast<size_t>(i) * dk], p.k + (t0 + i) * a.k_stride, dk * sizeof(float));
+            const float* ki = p.k + (t0 + i) * a.k_stride;
+            std::memcpy(&Kc[static_cast<size_t>(i) * dk], ki, dk * sizeof(float));
             std::memcpy(&Qc[static_cast<size_t>(i) * dk], p.q + (t0 + i) * a.q_stride, dk * sizeof(float));
+            for (int r = 0; r < dk; ++r) KcT[static_cast<size_t>(r) * C + i] = ki[r];
         }
-        // A[i][j] = beta_i (k_i . k_j) exp(G_i - G_j) (j < i); QK[i][j] = (q_i . k_j) exp(G_i - G_j) (j <=
-        // i).
+        // KK = K K^T, QK = Q K^T (n x n), then the decays and masks:
+        // A[i][j] = beta_i KK[i][j] exp(G_i - G_j) (j < i); QK[i][j] *= exp(G_i - G_j) (j <= i), 0 above.
+        std::fill(KK.begin(), KK.end(), 0.f);
+        std::fill(QK.begin(), QK.end(), 0.f);
+        small_gemm_acc(n, n, dk, 1.f, Kc.data(), dk, KcT.data(), C, KK.data(), C);
+        small_gemm_acc(n, n, dk, 1.f, Qc.data(), dk, KcT.data(), C, QK.data(), C);
         for (int i = 0; i < n; ++i) {
-            const float* ki = &Kc[static_cast<size_t>(i) * dk];
-            const float* qi = &Qc[static_cast<size_t>(i) * dk];
+            float* Ai = &KK[static_cast<size_t>(i) * C];
+            float* Pi = &QK[static_cast<size_t>(i) * C];
             for (int j = 0; j <= i; ++j) {
-                const float* kj = &Kc[static_cast<size_t>(j) * dk];
-                float skk = 0.f, sqk = 0.f;
-#pragma omp simd reduction(+ : skk, sqk)
-                for (int c = 0; c < dk; ++c) {
-                    skk += ki[c] * kj[c];
-                    sqk += qi[c] * kj[c];
-                }
                 const float d = std::exp(G[i] - G[j]);
-                A[static_cast<size_t>(i) * C + j] = bt[i] * skk * d;
-                QK[static_cast<size_t>(i) * C + j] = sqk * d;
+                Ai[j] *= bt[i] * d;
+                Pi[j] *= d;
             }
+            for (int j = i + 1; j < n; ++j) Pi[j] = 0.f;
         }
         // Forward substitution: (I + A) U = beta V, (I + A) W = beta exp(G) K.
         for (int i = 0; i < n; ++i) {
@@ -229,7 +232,7 @@ __attribute__((target_clones("arch=x86-64-v4", "default"))) void chunked_head_fa
 #pragma omp simd
             for (int c = 0; c < dk; ++c) Wi[c] = bg * ki[c];
             for (int j = 0; j < i; ++j) {
-                const float aij = A[static_cast<size_t>(i) * C + j];
+                const float aij = KK[static_cast<size_t>(i) * C + j];
                 const float* Uj = &U[static_cast<size_t>(j) * dv];
                 const float* Wj = &W[static_cast<size_t>(j) * dk];
 #pragma omp simd
@@ -238,55 +241,29 @@ __attribute__((target_clones("arch=x86-64-v4", "default"))) void chunked_head_fa
                 for (int c = 0; c < dk; ++c) Wi[c] -= aij * Wj[c];
             }
         }
-        // V' = U - W S; O = exp(G) Q S (both read S before the update).
-        for (int i = 0; i < n; ++i) {
-            float* Ui = &U[static_cast<size_t>(i) * dv];
-            float* Oi = &O[static_cast<size_t>(i) * dv];
-            const float* Wi = &W[static_cast<size_t>(i) * dk];
-            const float* qi = &Qc[static_cast<size_t>(i) * dk];
-            std::fill(Oi, Oi + dv, 0.f);
-            for (int r = 0; r < dk; ++r) {
-                const float* Sr = &S[static_cast<size_t>(r) * dv];
-                const float w = Wi[r], qv = qi[r];
-#pragma omp simd
-                for (int c = 0; c < dv; ++c) {
-                    Ui[c] -= w * Sr[c];
-                    Oi[c] += qv * Sr[c];
-                }
-            }
-        }
-        // O = exp(G) O + (QK o D) V'.
+        // V' = U - W S and O = exp(G) Q S, both with the state before this chunk.
+        small_gemm_acc(n, dv, dk, -1.f, W.data(), dk, S.data(), dv, U.data(), dv);
+        std::fill(O.begin(), O.begin() + static_cast<size_t>(n) * dv, 0.f);
+        small_gemm_acc(n, dv, dk, 1.f, Qc.data(), dk, S.data(), dv, O.data(), dv);
         for (int i = 0; i < n; ++i) {
             float* Oi = &O[static_cast<size_t>(i) * dv];
             const float gi = eG[i];
 #pragma omp simd
             for (int c = 0; c < dv; ++c) Oi[c] *= gi;
-            for (int j = 0; j <= i; ++j) {
-                const float pij = QK[static_cast<size_t>(i) * C + j];
-                const float* Uj = &U[static_cast<size_t>(j) * dv];
-#pragma omp simd
-                for (int c = 0; c < dv; ++c) Oi[c] += pij * Uj[c];
-            }
-            std::memcpy(p.out + (t0 + i) * a.out_stride, Oi, dv * sizeof(float));
         }
-        // S = exp(G_n) S + sum_j exp(G_n - G_j) k_j V'_j^T.
+        // O += (QK o D) V'.
+        small_gemm_acc(n, dv, n, 1.f, QK.data(), C, U.data(), dv, O.data(), dv);
+        for (int i = 0; i < n; ++i)
+            std::memcpy(p.out + (t0 + i) * a.out_stride, &O[static_cast<size_t>(i) * dv], dv * sizeof(float));
+        // S = exp(G_n) S + (K exp(G_n - G))^T V'.
         const float gn = eG[n - 1];
+        for (float& sv : S) sv *= gn;
         for (int j = 0; j < n; ++j) {
             const float dj = std::exp(G[n - 1] - G[j]);
             for (int r = 0; r < dk; ++r)
-                kd[static_cast<size_t>(j) * dk + r] = dj * Kc[static_cast<size_t>(j) * dk + r];
+                kdT[static_cast<size_t>(r) * C + j] = dj * Kc[static_cast<size_t>(j) * dk + r];
         }
-        for (int r = 0; r < dk; ++r) {
-            float* Sr = &S[static_cast<size_t>(r) * dv];
-#pragma omp simd
-            for (int c = 0; c < dv; ++c) Sr[c] *= gn;
-            for (int j = 0; j < n; ++j) {
-                const float w = kd[static_cast<size_t>(j) * dk + r];
-                const float* Uj = &U[static_cast<size_t>(j) * dv];
-#pragma omp simd
-                for (int c = 0; c < dv; ++c) Sr[c] += w * Uj[c];
-            }
-        }
+        small_gemm_acc(dk, dv, n, 1.f, kdT.data(), C, U.data(), dv, S.data(), dv);
     }
     store_state(a, h, S.data());
 }

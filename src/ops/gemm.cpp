@@ -487,4 +487,90 @@ void PackedLinear::forward(const float* x, int64_t m, float* y, Precision p, con
         }
 }
 
+// ------------------------------------------------------------------ small_gemm_acc
+
+namespace {
+
+void small_gemm_generic(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                        const float* b, int64_t ldb, float* c, int64_t ldc) {
+    for (int64_t i = 0; i < m; ++i) {
+        float* ci = c + i * ldc;
+        for (int64_t t = 0; t < k; ++t) {
+            const float av = alpha * a[i * lda + t];
+            const float* bt = b + t * ldb;
+#pragma omp simd
+            for (int64_t j = 0; j < n; ++j) ci[j] += av * bt[j];
+        }
+    }
+}
+
+// Rows [i, i + MR), columns [j, j + 16 * NC) with the last vector masked by `last`.
+template <int MR, int NC>
+CLEF_AVX512 void small_block_512(int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+                                 int64_t ldb, float* c, int64_t ldc, __mmask16 last) {
+    __m512 acc[MR][NC];
+    for (int r = 0; r < MR; ++r)
+        for (int q = 0; q < NC; ++q)
+            acc[r][q] = _mm512_maskz_loadu_ps(q == NC - 1 ? last : __mmask16(0xffff), c + r * ldc + 16 * q);
+    for (int64_t t = 0; t < k; ++t) {
+        __m512 bv[NC];
+        for (int q = 0; q < NC; ++q)
+            bv[q] = _mm512_maskz_loadu_ps(q == NC - 1 ? last : __mmask16(0xffff), b + t * ldb + 16 * q);
+        for (int r = 0; r < MR; ++r) {
+            const __m512 av = _mm512_set1_ps(alpha * a[r * lda + t]);
+            for (int q = 0; q < NC; ++q) acc[r][q] = _mm512_fmadd_ps(av, bv[q], acc[r][q]);
+        }
+    }
+    for (int r = 0; r < MR; ++r)
+        for (int q = 0; q < NC; ++q)
+            _mm512_mask_storeu_ps(c + r * ldc + 16 * q, q == NC - 1 ? last : __mmask16(0xffff), acc[r][q]);
+}
+
+template <int MR>
+CLEF_AVX512 void small_rows_512(int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                                const float* b, int64_t ldb, float* c, int64_t ldc) {
+    int64_t j = 0;
+    for (; j + 64 <= n; j += 64) small_block_512<MR, 4>(k, alpha, a, lda, b + j, ldb, c + j, ldc, 0xffff);
+    while (j < n) {
+        const int64_t rem = n - j;
+        const int nv = static_cast<int>(std::min<int64_t>(4, (rem + 15) / 16));
+        const int tail = static_cast<int>(rem - 16 * (nv - 1));
+        const __mmask16 last = static_cast<__mmask16>(tail >= 16 ? 0xffff : (1u << tail) - 1u);
+        switch (nv) {
+            case 4:
+                small_block_512<MR, 4>(k, alpha, a, lda, b + j, ldb, c + j, ldc, last);
+                break;
+            case 3:
+                small_block_512<MR, 3>(k, alpha, a, lda, b + j, ldb, c + j, ldc, last);
+                break;
+            case 2:
+                small_block_512<MR, 2>(k, alpha, a, lda, b + j, ldb, c + j, ldc, last);
+                break;
+            default:
+                small_block_512<MR, 1>(k, alpha, a, lda, b + j, ldb, c + j, ldc, last);
+                break;
+        }
+        j += 16 * nv;
+    }
+}
+
+CLEF_AVX512 void small_gemm_512(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                                const float* b, int64_t ldb, float* c, int64_t ldc) {
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) small_rows_512<4>(n, k, alpha, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
+    for (; i < m; ++i) small_rows_512<1>(n, k, alpha, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
+}
+
+}  // namespace
+
+void small_gemm_acc(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+                    int64_t ldb, float* c, int64_t ldc) {
+    if (m <= 0 || n <= 0 || k <= 0) return;
+    static const bool avx = cpu_features().has_avx512();
+    if (avx)
+        small_gemm_512(m, n, k, alpha, a, lda, b, ldb, c, ldc);
+    else
+        small_gemm_generic(m, n, k, alpha, a, lda, b, ldb, c, ldc);
+}
+
 }  // namespace clef::ops

@@ -77,4 +77,10 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
+// C[m][n] += alpha * A[m][k] . B[k][n] in fp32 (row-major, leading dimensions lda/ldb/ldc >= the row widths):
+// the small single-threaded products of chunked kernels (delta rule). AVX-512 register blocks of 4 rows x 64
+// columns when available, plain loops otherwise. C must not alias A or B.
+void small_gemm_acc(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+                    int64_t ldb, float* c, int64_t ldc);
+
 }  // namespace clef::ops
