@@ -241,6 +241,7 @@ void attention_fast(const float* q, int64_t q_stride, const float* k, int64_t k_
                   hq, hkv, dh, scale,    causal,   out,      out_stride, p == Precision::BF16};
     const int64_t nqb = (lq + kBQ - 1) / kBQ;
     const int64_t tasks = nqb * hq;
+    num_threads();  // applies the global thread setting to this thread
     const Prepared pr = prepare(a);
     const bool use512 = cpu_features().has_avx512() && dh % 16 == 0;
 #pragma omp parallel if (lq * lk * hq * int64_t(dh) > (1 << 16))

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -67,7 +68,7 @@ int default_threads() {
     return cpu_features().physical_cores;
 }
 
-int g_threads = 0;  // 0 = not yet applied
+std::atomic<int> g_threads{0};  // 0 = not yet chosen
 
 }  // namespace
 
@@ -100,13 +101,21 @@ std::string cpu_features_string() {
 }
 
 int num_threads() {
-    if (g_threads <= 0) set_num_threads(0);
-    return g_threads;
+    int n = g_threads.load();
+    if (n <= 0) {
+        set_num_threads(0);
+        n = g_threads.load();
+    }
+    // OpenMP's thread count is per calling thread: apply the global setting to this one (e.g. a server
+    // worker).
+    if (!omp_in_parallel() && omp_get_max_threads() != n) omp_set_num_threads(n);
+    return n;
 }
 
 void set_num_threads(int n) {
-    g_threads = n > 0 ? n : default_threads();
-    omp_set_num_threads(g_threads);
+    const int v = n > 0 ? n : default_threads();
+    g_threads.store(v);
+    omp_set_num_threads(v);
 }
 
 }  // namespace clef::ops

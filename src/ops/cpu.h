@@ -30,6 +30,8 @@ const CpuFeatures& cpu_features();
 std::string cpu_features_string();
 
 // Number of OpenMP threads the kernels use. Default: OMP_NUM_THREADS when set, else the physical core count.
+// Also applies the setting to the calling thread (OpenMP keeps the count per thread); the fast kernels call
+// it.
 int num_threads();
 // Sets the thread count for all later kernel calls (omp_set_num_threads); n <= 0 restores the default.
 void set_num_threads(int n);

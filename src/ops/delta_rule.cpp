@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ops/basic.h"
+#include "ops/cpu.h"
 #include "ops/gemm.h"
 #include "util/error.h"
 
@@ -286,6 +287,7 @@ void gated_delta_rule_chunked(const DeltaRuleArgs& a, int chunk) {
 void gated_delta_rule_chunked_fast(const DeltaRuleArgs& a, int chunk) {
     check_args(a);
     if (chunk <= 0) throw Error("gated_delta_rule_chunked_fast: chunk must be positive");
+    num_threads();  // applies the global thread setting to this thread
 #pragma omp parallel for schedule(static) if (a.T * a.num_v_heads * a.dk * a.dv > (1 << 16))
     for (int h = 0; h < a.num_v_heads; ++h) chunked_head_fast(a, h, chunk);
 }

@@ -402,7 +402,7 @@ void PackedLinear::forward(const float* x, int64_t m, float* y, Precision p, con
     if (!x || !y) throw Error("PackedLinear: null input or output");
     const Impl& im = *impl_;
     const int64_t n = n_, k = k_;
-    num_threads();  // applies the default thread count once
+    num_threads();  // applies the global thread setting to this thread
 
     if (im.backend == GemmBackend::OneDnn) {
         thread_local std::vector<uint16_t> abuf;
