@@ -145,7 +145,7 @@ bool parse_request(const JsonValue& body, DecisionRequest& out, std::vector<Requ
         const JsonValue* criteria = qv.find("criteria");
         if (criteria) q.criteria = *criteria;
         const bool has_criteria = criteria && !criteria->is_null();
-        auto crit_loc = [&] { return loc_of({"body", "questions", qid, tname, "criteria"}); };
+        auto crit_loc = [&, &qid = qid] { return loc_of({"body", "questions", qid, tname, "criteria"}); };
 
         switch (q.type) {
             case QuestionType::Noul: {

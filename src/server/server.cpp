@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include "image/image.h"
 #include "server/metrics.h"
 #include "server/peer.h"
+#include "server/transport.h"
 #include "util/error.h"
 #include "util/json.h"
 
@@ -74,6 +77,40 @@ std::string validation_body(const std::vector<RequestError>& errors) {
     return write_json(body);
 }
 
+// Content-Type policy (docs/API.md, "Limits and hostile input"): a body is JSON when the header is absent,
+// application/json or a structured-syntax */*+json type, in any letter case, with parameters; a charset other
+// than UTF-8 and every other media type is refused with 415.
+bool json_content_type(const std::string& header) {
+    std::string v;
+    for (char c : header) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    auto trim = [](std::string t) {
+        const char* ws = " \t";
+        size_t b = t.find_first_not_of(ws), e = t.find_last_not_of(ws);
+        return b == std::string::npos ? std::string() : t.substr(b, e - b + 1);
+    };
+    size_t semi = v.find(';');
+    std::string media = trim(v.substr(0, semi));
+    if (media.empty() && semi == std::string::npos) return true;
+    bool json = media == "application/json" ||
+                (media.size() > 5 && media.compare(media.size() - 5, 5, "+json") == 0 &&
+                 media.find('/') != std::string::npos);
+    if (!json) return false;
+    for (size_t at = semi; at != std::string::npos;) {
+        size_t next = v.find(';', at + 1);
+        std::string param =
+            trim(v.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1));
+        if (param.rfind("charset=", 0) == 0) {
+            std::string cs = trim(param.substr(8));
+            if (cs.size() >= 2 && cs.front() == '"' && cs.back() == '"') cs = cs.substr(1, cs.size() - 2);
+            if (cs != "utf-8" && cs != "utf8") return false;
+        }
+        at = next;
+    }
+    return true;
+}
+
+const char* const kContentTypeMessage = "Content-Type must be application/json (UTF-8).";
+
 // Request ids: an incoming x-request-id is honoured when it is short printable ASCII.
 std::string request_id_for(const httplib::Request& req) {
     for (const char* h : {"x-request-id", "x-typesafe-request-id"}) {
@@ -129,7 +166,7 @@ struct Job {
 struct Server::Impl {
     ServerOptions opt;
     Loader loader;
-    httplib::Server http;
+    HardenedHttpServer http;
     ServerMetrics metrics;
     std::unique_ptr<Engine> engine;
     std::atomic<bool> ready{false}, stopping{false}, load_failed{false}, listening_done{false};
@@ -156,7 +193,8 @@ struct Server::Impl {
     }
 
     void setup_routes();
-    void handle_systemone(const httplib::Request& req, httplib::Response& res);
+    void handle_systemone(const httplib::Request& req, httplib::Response& res,
+                          const httplib::ContentReader& read);
     void handle_models(httplib::Response& res);
     void worker_loop();
     void load();
@@ -164,19 +202,42 @@ struct Server::Impl {
 };
 
 void Server::Impl::setup_routes() {
-    http.new_task_queue = [n = opt.http_threads] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
+    TransportLimits tl;
+    tl.http_threads = static_cast<size_t>(std::max(1, opt.http_threads));
+    tl.request_deadline = std::chrono::milliseconds(static_cast<int64_t>(opt.request_read_timeout_s * 1e3));
+    tl.io_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.io_timeout_s * 1e3));
+    http.set_limits(tl);
     http.set_tcp_nodelay(true);
     http.set_keep_alive_timeout(opt.keep_alive_timeout_s);
     http.set_keep_alive_max_count(1000);
-    http.set_read_timeout(30, 0);
-    http.set_write_timeout(30, 0);
+    http.set_read_timeout(static_cast<time_t>(opt.io_timeout_s), 0);
+    http.set_write_timeout(static_cast<time_t>(opt.io_timeout_s), 0);
     http.set_payload_max_length(opt.max_body_bytes);
 
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
         res.set_header("x-typesafe-request-id", request_id_for(req));
+        // Runs before the body is read: a refusal here leaves the body unread, so the connection is closed
+        // after the response instead of parsing the rest as the next request.
+        const bool has_body = req.has_header("Content-Length") || req.has_header("Transfer-Encoding");
+        const std::string length = req.get_header_value("Content-Length");
+        if (!length.empty() &&
+            (length.size() > 19 || length.find_first_not_of("0123456789") != std::string::npos ||
+             std::stoull(length) > opt.max_body_bytes)) {
+            HardenedHttpServer::close_after_response();
+            bool digits = length.find_first_not_of("0123456789") == std::string::npos;
+            if (!digits) {
+                respond(res, 400, detail_object("api_usage_error", "Invalid Content-Length."));
+            } else {
+                respond(res, 413,
+                        detail_object("api_usage_error", "Request body is larger than " +
+                                                             std::to_string(opt.max_body_bytes) + " bytes."));
+            }
+            return httplib::Server::HandlerResponse::Handled;
+        }
         if (!opt.api_keys.empty() && req.path.rfind("/v1/", 0) == 0) {
             std::string auth = req.get_header_value("Authorization");
             if (auth.empty()) {
+                if (has_body) HardenedHttpServer::close_after_response();
                 respond(res, 403,
                         detail_object("authentication_error",
                                       "Must supply an API key! Check your request and try again."));
@@ -187,6 +248,7 @@ void Server::Impl::setup_routes() {
                                     ? auth.substr(prefix.size())
                                     : std::string();
             if (!key_matches(given, opt.api_keys)) {
+                if (has_body) HardenedHttpServer::close_after_response();
                 respond(res, 401,
                         detail_object("authentication_error",
                                       "Cannot authenticate with the server. Please check your API key and try "
@@ -198,7 +260,9 @@ void Server::Impl::setup_routes() {
     });
 
     http.Post("/v1/systemone",
-              [this](const httplib::Request& req, httplib::Response& res) { handle_systemone(req, res); });
+              [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
+                  handle_systemone(req, res, read);
+              });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { handle_models(res); });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
         respond(res, 200, R"({"status":"ok"})");
@@ -218,6 +282,9 @@ void Server::Impl::setup_routes() {
                                                                        httplib::Response& res) {
         if (!res.has_header("x-typesafe-request-id")) res.set_header("x-typesafe-request-id", request_id_for(req));
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        // An error httplib produced itself (malformed request, body over the limit, URI or header too long):
+        // whatever is left of the request on the connection cannot be trusted.
+        if (res.status != 404) HardenedHttpServer::close_after_response();
         if (res.status == 404) {
             if (const Route* r = find_route(req.path)) {
                 res.set_header("Allow", r->method);
@@ -225,6 +292,12 @@ void Server::Impl::setup_routes() {
             } else {
                 respond(res, 404, detail_string("Not Found"));
             }
+        } else if ((res.status == 413 || res.status == 400) && req.path == "/v1/systemone" &&
+                   !json_content_type(req.get_header_value("Content-Type")) &&
+                   req.body.size() <= opt.max_body_bytes) {
+            // httplib refuses form bodies over 8 KiB and malformed multipart itself; the real problem is the
+            // media type.
+            respond(res, 415, detail_object("api_usage_error", kContentTypeMessage));
         } else if (res.status == 413) {
             respond(res, 413,
                     detail_object("api_usage_error",
@@ -294,7 +367,8 @@ void Server::Impl::handle_models(httplib::Response& res) {
     respond(res, 200, write_json(body));
 }
 
-void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Response& res,
+                                    const httplib::ContentReader& read) {
     const auto t0 = Clock::now();
     struct LatencyGuard {
         ServerMetrics& m;
@@ -308,16 +382,44 @@ void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Respon
     } guard{metrics, t0, res};
 
     if (!ready) {
+        HardenedHttpServer::close_after_response();  // the body stays unread
         res.set_header("retry-after", "1");
         respond(res, 503,
                 detail_object("unavailable", load_failed ? "The model failed to load." : "The model is loading."));
+        return;
+    }
+    // The body is read here, not by httplib: a chunked body is held to max_body_bytes as it arrives (httplib
+    // 0.11 limits only Content-Length bodies), and a refused media type is never parsed as a form.
+    if (!json_content_type(req.get_header_value("Content-Type"))) {
+        HardenedHttpServer::close_after_response();
+        respond(res, 415, detail_object("api_usage_error", kContentTypeMessage));
+        return;
+    }
+    std::string text;
+    bool too_large = false;
+    const bool complete = read([&](const char* data, size_t n) {
+        if (text.size() + n > opt.max_body_bytes) {
+            too_large = true;
+            return false;
+        }
+        text.append(data, n);
+        return true;
+    });
+    if (!complete) {
+        HardenedHttpServer::close_after_response();
+        if (too_large)
+            respond(res, 413,
+                    detail_object("api_usage_error",
+                                  "Request body is larger than " + std::to_string(opt.max_body_bytes) + " bytes."));
+        else
+            respond(res, 400, detail_object("api_usage_error", "Incomplete or malformed request body."));
         return;
     }
     JsonValue body;
     JsonParseError perr;
     JsonParseOptions popt;
     popt.max_depth = opt.max_json_depth;
-    if (!parse_json(req.body, body, perr, popt)) {
+    if (!parse_json(text, body, perr, popt)) {
         respond(res, 400,
                 detail_object("api_usage_error", perr.too_deep ? "Request JSON is nested deeper than " +
                                                                       std::to_string(opt.max_json_depth) + " levels."
@@ -493,6 +595,7 @@ bool Server::bind() {
     } else {
         s.error = "cannot bind " + s.opt.host + ":" + std::to_string(s.opt.port) + " (in use or not permitted)";
     }
+    if (s.port >= 0) s.http.widen_listen_backlog();
     return s.port >= 0;
 }
 

@@ -31,6 +31,8 @@ struct ServerOptions {
     int max_tokens = 16384;                       // prompt budget (state is cut to fit; schema beyond: 400)
     double request_timeout_s = 600;               // from arrival to answer; beyond: 504
     int http_threads = 64;                        // concurrent connections served
+    double request_read_timeout_s = 30;           // a request (line, headers, body) must arrive within this
+    double io_timeout_s = 30;                     // inactivity limit while reading or writing a connection
     int keep_alive_timeout_s = 5;
     bool log_requests = false;                    // one structured line per request on stderr
     RequestLimits limits;
