@@ -187,12 +187,15 @@ __attribute__((target_clones("arch=x86-64-v4", "default"))) void chunked_head_fa
                                                                                    int h, int C) {
     const int dk = a.dk, dv = a.dv;
     const Head p = head_of(a, h);
-    std::vector<float> S(static_cast<size_t>(dk) * dv);
+    // Per-thread scratch reused across heads and calls (no page faults for fresh buffers on every head).
+    thread_local std::vector<float> S, G, eG, bt, KK, QK, Kc, KcT, Qc, U, W, O, kdT;
+    const size_t cc = static_cast<size_t>(C);
+    S.resize(static_cast<size_t>(dk) * dv);
+    for (auto* v : {&G, &eG, &bt}) v->resize(cc);
+    for (auto* v : {&KK, &QK}) v->resize(cc * cc);
+    for (auto* v : {&Kc, &KcT, &Qc, &W, &kdT}) v->resize(cc * dk);
+    for (auto* v : {&U, &O}) v->resize(cc * dv);
     load_state(a, h, S.data());
-    std::vector<float> G(C), eG(C), bt(C), KK(static_cast<size_t>(C) * C), QK(static_cast<size_t>(C) * C),
-        Kc(static_cast<size_t>(C) * dk), KcT(static_cast<size_t>(dk) * C), Qc(static_cast<size_t>(C) * dk),
-        U(static_cast<size_t>(C) * dv), W(static_cast<size_t>(C) * dk), O(static_cast<size_t>(C) * dv),
-        kdT(static_cast<size_t>(dk) * C);
     for (int64_t t0 = 0; t0 < a.T; t0 += C) {
         const int n = static_cast<int>(std::min<int64_t>(C, a.T - t0));
         float acc = 0.f;
@@ -214,9 +217,11 @@ __attribute__((target_clones("arch=x86-64-v4", "default"))) void chunked_head_fa
         for (int i = 0; i < n; ++i) {
             float* Ai = &KK[static_cast<size_t>(i) * C];
             float* Pi = &QK[static_cast<size_t>(i) * C];
+            const float gi = G[i], bi = bt[i];
+#pragma omp simd
             for (int j = 0; j <= i; ++j) {
-                const float d = std::exp(G[i] - G[j]);
-                Ai[j] *= bt[i] * d;
+                const float d = exp_poly(gi - G[j]);
+                Ai[j] *= bi * d;
                 Pi[j] *= d;
             }
             for (int j = i + 1; j < n; ++j) Pi[j] = 0.f;
