@@ -99,11 +99,17 @@ void BM_Linear(benchmark::State& st, GemmBackend be, Precision p) {
     }
     const auto w = random_bf16(static_cast<size_t>(n * k), 1);
     PackedLinear lin({w.data(), WeightType::BF16}, n, k, be);
-    std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
-    lin.forward(x.data(), m, y.data(), p);  // warm-up: primitive creation, scratch
+    std::vector<float> xv(static_cast<size_t>(m * k) + 16, 0.5f), yv(static_cast<size_t>(m * n) + 16);
+    // 64-byte aligned rows (as the engine's activation buffers should be).
+    auto align = [](float* p) {
+        return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
+    };
+    float* x = align(xv.data());
+    float* y = align(yv.data());
+    lin.forward(x, m, y, p);  // warm-up: primitive creation, scratch
     for (auto _ : st) {
-        lin.forward(x.data(), m, y.data(), p);
-        benchmark::DoNotOptimize(y.data());
+        lin.forward(x, m, y, p);
+        benchmark::DoNotOptimize(y);
     }
     const double flops = 2.0 * m * n * k;
     st.counters["GFLOPs"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);

@@ -11,6 +11,7 @@
 #include <dnnl.hpp>
 #include <map>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "ops/cpu.h"
@@ -198,9 +199,23 @@ const std::string& dnnl_bf16_impl() {
     return s;
 }
 
+// 64-byte aligned storage (whole cache lines for the matrix units' row loads and stores).
+template <class T>
+struct Aligned64 {
+    using value_type = T;
+    Aligned64() = default;
+    template <class U>
+    Aligned64(const Aligned64<U>&) {}
+    T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
+    void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+    bool operator==(const Aligned64&) const { return true; }
+};
+template <class T>
+using AlignedVec = std::vector<T, Aligned64<T>>;
+
 // Per-thread growable scratch (avoids page-faulting fresh buffers on every call).
 template <class T>
-T* scratch(std::vector<T>& v, size_t count) {
+T* scratch(AlignedVec<T>& v, size_t count) {
     if (v.size() < count) v.resize(count);
     return v.data();
 }
@@ -239,7 +254,7 @@ struct PackedLinear::Impl {
 
     // dst[rows][n] = a[rows][k] . W (bf16 src, f32 dst), on stream s.
     void run(dnnl::stream& s, const uint16_t* a, int64_t rows, float* dst, int64_t k, int64_t n) const {
-        thread_local std::vector<uint8_t> pad;
+        thread_local AlignedVec<uint8_t> pad;
         const Prim prim = primitive(rows, k, n);
         if (pad.size() < prim.scratch_bytes) pad.resize(prim.scratch_bytes);
         dnnl::memory am({{rows, k}, dt::bf16, tag::ab}, dnnl_engine(), const_cast<uint16_t*>(a));
@@ -405,8 +420,8 @@ void PackedLinear::forward(const float* x, int64_t m, float* y, Precision p, con
     num_threads();  // applies the global thread setting to this thread
 
     if (im.backend == GemmBackend::OneDnn) {
-        thread_local std::vector<uint16_t> abuf;
-        thread_local std::vector<float> dbuf;
+        thread_local AlignedVec<uint16_t> abuf;
+        thread_local AlignedVec<float> dbuf;
         dnnl::stream s(dnnl_engine());
         // Row blocks of near-equal size (no 1-row tail call); each block size gets one cached primitive.
         auto block_rows = [m](int64_t cap) {
@@ -447,7 +462,7 @@ void PackedLinear::forward(const float* x, int64_t m, float* y, Precision p, con
 
     // Own kernels. BF16 precision: the activations rounded once to bf16 (kept as fp32 values).
     const float* xs = x;
-    thread_local std::vector<float> xr;
+    thread_local AlignedVec<float> xr;
     if (p == Precision::BF16) {
         float* b = scratch(xr, static_cast<size_t>(m * k));
 #pragma omp parallel for simd schedule(static) if (m * k > (1 << 15))
