@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -23,6 +24,11 @@ struct Case {
     int hq, hkv, dh;
     bool causal;
 };
+
+std::ostream& operator<<(std::ostream& os, const Case& c) {
+    return os << "L" << c.L << "_hq" << c.hq << "_hkv" << c.hkv << "_dh" << c.dh
+              << (c.causal ? "_causal" : "_full");
+}
 
 class AttentionFast : public ::testing::TestWithParam<Case> {};
 

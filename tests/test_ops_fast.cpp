@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -119,6 +120,11 @@ struct DeltaCase {
     int Hk, Hv, dk, dv;
     bool with_state;
 };
+
+std::ostream& operator<<(std::ostream& os, const DeltaCase& c) {
+    return os << "T" << c.T << "_Hk" << c.Hk << "_Hv" << c.Hv << "_dk" << c.dk << "_dv" << c.dv
+              << (c.with_state ? "_state" : "");
+}
 
 class DeltaRuleFast : public ::testing::TestWithParam<DeltaCase> {};
 
