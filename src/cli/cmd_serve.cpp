@@ -28,6 +28,7 @@ struct ServeArgs {
     std::string api_key_file;
     int max_questions = 64;
     std::string confidence = "reference";
+    std::string precision = "exact";
 };
 
 const char* const kNoModelHelp =
@@ -89,6 +90,8 @@ void run_serve(ServeArgs a, ServerOptions opt) {
     opt.limits.max_questions = static_cast<size_t>(a.max_questions);
     if (opt.queue_size < 1) throw Error("--queue must be at least 1");
     if (opt.max_tokens < 16) throw Error("--max-tokens must be at least 16");
+    if (!parse_precision(a.precision, opt.backbone.precision))
+        throw Error("--precision: expected exact or bf16, got '" + a.precision + "'");
 
     for (auto& k : a.api_keys)
         for (auto& part : split_keys(k, ',')) opt.api_keys.push_back(part);
@@ -175,6 +178,12 @@ void add_serve_command(CLI::App& app) {
                     "Confidence convention: reference, typesafe, workers-ai, colibri, entropy")
         ->capture_default_str();
     cmd->add_flag("--log-requests", opt->log_requests, "One JSON line per request on stderr");
+    cmd->add_option("--threads", opt->threads, "Kernel threads (0 = OMP_NUM_THREADS or the physical cores)")
+        ->capture_default_str();
+    cmd->add_option("--precision", args->precision,
+                    "Projection activations: exact (fp32-accurate) or bf16 (faster, small deviations)")
+        ->capture_default_str();
+    cmd->add_flag("--reference", opt->backbone.reference, "Use the scalar reference kernels (the oracle; slow)");
     cmd->callback([args, opt] { run_serve(*args, *opt); });
 }
 

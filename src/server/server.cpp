@@ -512,6 +512,8 @@ Outcome Server::Impl::run_job(Job& job) {
     DecideOptions dopt;
     dopt.max_length = opt.max_tokens;
     dopt.answers = opt.answers;
+    dopt.backbone = opt.backbone;
+    dopt.threads = opt.threads;
     try {
         Decision d = engine->run(job.prepared, dopt);
         out.status = 200;

@@ -10,6 +10,7 @@
 
 #include "decision/answer.h"
 #include "decision/request.h"
+#include "model/backbone.h"
 
 namespace clef {
 
@@ -37,6 +38,8 @@ struct ServerOptions {
     bool log_requests = false;                    // one structured line per request on stderr
     RequestLimits limits;
     AnswerOptions answers;
+    BackboneOptions backbone;  // backbone path / precision / prefill chunk of every decision
+    int threads = 0;           // kernel threads of the worker (0 = OMP_NUM_THREADS or the physical cores)
 };
 
 class Server {
