@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "decision/engine.h"
+#include "ops/gemm.h"
 #include "decision/prompt.h"
 #include "decision/request.h"
 #include "tokenizer/tokenizer.h"
@@ -150,11 +151,23 @@ TEST(Decision, PromptEncodingIsTokenExact) {
     EXPECT_EQ(n, 9);
 }
 
-class DecisionParity : public ::testing::TestWithParam<bool> {};
+// One backbone path with its bounds against the float64 goldens. The default fast path (PackedLinear,
+// attention_fast, Precision::Exact) and the scalar reference must meet the fp32 bounds; BF16 activations (an
+// opt-in) have their own, measured bounds (docs/PERFORMANCE.md).
+struct ParityPath {
+    const char* name;
+    bool reference;
+    bool chunked_delta_rule;
+    ops::Precision precision;
+    double hidden_max, hidden_mean, logits, probs, response;
+};
+
+class DecisionParity : public ::testing::TestWithParam<ParityPath> {};
 
 TEST_P(DecisionParity, HiddenStatesLogitsProbabilitiesAndResponse) {
-    const bool chunked = GetParam();
+    const ParityPath& path = GetParam();
     int n = 0;
+    double worst[4] = {0, 0, 0, 0};
     for (const auto& c : cases().items()) {
         if (c.find("expected_error")) continue;
         SCOPED_TRACE(name_of(c));
@@ -163,9 +176,10 @@ TEST_P(DecisionParity, HiddenStatesLogitsProbabilitiesAndResponse) {
         ASSERT_TRUE(parse_case_request(c, req, errors));
         DecideOptions opt;
         opt.max_length = static_cast<int>(as_int(c.find("max_length")));
-        opt.backbone.chunked_delta_rule = chunked;
+        opt.backbone.chunked_delta_rule = path.chunked_delta_rule;
+        opt.backbone.reference = path.reference;
+        opt.backbone.precision = path.precision;
         Decision d = engine().decide(req, opt, /*keep_hidden=*/true);
-
         const auto& want_h = c.find("last_hidden_state")->items();
         const size_t T = want_h.size();
         const size_t H = want_h[0].items().size();
@@ -178,8 +192,8 @@ TEST_P(DecisionParity, HiddenStatesLogitsProbabilitiesAndResponse) {
                 sum_err += e;
             }
         const double mean_err = sum_err / static_cast<double>(T * H);
-        EXPECT_LE(max_err, 5e-3);
-        EXPECT_LE(mean_err, 2e-5);
+        EXPECT_LE(max_err, path.hidden_max);
+        EXPECT_LE(mean_err, path.hidden_mean);
 
         double max_logit = 0, max_prob = 0;
         const auto& qs = c.find("questions")->items();
@@ -193,18 +207,29 @@ TEST_P(DecisionParity, HiddenStatesLogitsProbabilitiesAndResponse) {
                 max_prob = std::max(max_prob, std::fabs(d.probabilities[i][j] - wp[j].as_double()));
             }
         }
-        EXPECT_LE(max_logit, 2e-4);
-        EXPECT_LE(max_prob, 2e-5);
+        EXPECT_LE(max_logit, path.logits);
+        EXPECT_LE(max_prob, path.probs);
+        worst[0] = std::max(worst[0], max_err);
+        worst[1] = std::max(worst[1], mean_err);
+        worst[2] = std::max(worst[2], max_logit);
+        worst[3] = std::max(worst[3], max_prob);
         std::printf("  %-32s %s T=%4zu hidden max %.2e mean %.2e | logits %.2e | probs %.2e\n", name_of(c).c_str(),
-                    chunked ? "chunked" : "serial ", T, max_err, mean_err, max_logit, max_prob);
-        expect_json_near(d.response, *c.find("response"), 1e-4 + 1e-12, "response");
+                    path.name, T, max_err, mean_err, max_logit, max_prob);
+        expect_json_near(d.response, *c.find("response"), path.response, "response");
         ++n;
     }
     EXPECT_EQ(n, 8);
+    std::printf("  %s worst: hidden max %.2e mean %.2e | logits %.2e | probs %.2e\n", path.name, worst[0], worst[1],
+                worst[2], worst[3]);
 }
 
-INSTANTIATE_TEST_SUITE_P(DeltaRule, DecisionParity, ::testing::Values(true, false),
-                         [](const auto& info) { return info.param ? "Chunked" : "Serial"; });
+INSTANTIATE_TEST_SUITE_P(
+    Paths, DecisionParity,
+    ::testing::Values(ParityPath{"FastChunked", false, true, ops::Precision::Exact, 5e-3, 2e-5, 2e-4, 2e-5, 1e-4 + 1e-12},
+                      ParityPath{"FastSerial", false, false, ops::Precision::Exact, 5e-3, 2e-5, 2e-4, 2e-5, 1e-4 + 1e-12},
+                      ParityPath{"Reference", true, true, ops::Precision::Exact, 5e-3, 2e-5, 2e-4, 2e-5, 1e-4 + 1e-12},
+                      ParityPath{"FastBF16", false, true, ops::Precision::BF16, 3.0, 3e-2, 0.15, 1e-2, 5e-2}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Decision, CliDecideAndDebug) {
     const auto& c = cases().items()[0];  // basic_mixed
