@@ -460,6 +460,7 @@ TEST(HostileHttp, RejectedBodiesDoNotCorruptTheNextRequest) {
     std::vector<int> st = statuses(r);
     ASSERT_FALSE(st.empty()) << r;
     EXPECT_EQ(st[0], 401);
+    EXPECT_NE(r.find("Connection: close"), std::string::npos) << r;  // so keep-alive clients do not reuse it
     // Either the second request is answered correctly, or the connection was closed after the 401.
     if (st.size() > 1)
         EXPECT_EQ(st[1], 200) << r;

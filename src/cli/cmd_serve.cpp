@@ -92,6 +92,8 @@ void run_serve(ServeArgs a, ServerOptions opt) {
     if (opt.max_tokens < 16) throw Error("--max-tokens must be at least 16");
     if (!parse_precision(a.precision, opt.backbone.precision))
         throw Error("--precision: expected exact or bf16, got '" + a.precision + "'");
+    if (!(opt.request_read_timeout_s > 0) || !(opt.io_timeout_s > 0))
+        throw Error("--request-read-timeout and --io-timeout must be positive");
 
     for (auto& k : a.api_keys)
         for (auto& part : split_keys(k, ',')) opt.api_keys.push_back(part);
@@ -174,6 +176,11 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--timeout", opt->request_timeout_s, "Seconds from arrival to answer (504 beyond)")
         ->capture_default_str();
     cmd->add_option("--http-threads", opt->http_threads, "Connections served at once")->capture_default_str();
+    cmd->add_option("--request-read-timeout", opt->request_read_timeout_s,
+                    "Seconds for a whole request (line, headers, body) to arrive; slower senders are cut off")
+        ->capture_default_str();
+    cmd->add_option("--io-timeout", opt->io_timeout_s, "Seconds of socket inactivity while reading or writing")
+        ->capture_default_str();
     cmd->add_option("--confidence", args->confidence,
                     "Confidence convention: reference, typesafe, workers-ai, colibri, entropy")
         ->capture_default_str();

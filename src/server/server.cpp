@@ -223,7 +223,7 @@ void Server::Impl::setup_routes() {
         if (!length.empty() &&
             (length.size() > 19 || length.find_first_not_of("0123456789") != std::string::npos ||
              std::stoull(length) > opt.max_body_bytes)) {
-            HardenedHttpServer::close_after_response();
+            HardenedHttpServer::close_after_response(res);
             bool digits = length.find_first_not_of("0123456789") == std::string::npos;
             if (!digits) {
                 respond(res, 400, detail_object("api_usage_error", "Invalid Content-Length."));
@@ -237,7 +237,7 @@ void Server::Impl::setup_routes() {
         if (!opt.api_keys.empty() && req.path.rfind("/v1/", 0) == 0) {
             std::string auth = req.get_header_value("Authorization");
             if (auth.empty()) {
-                if (has_body) HardenedHttpServer::close_after_response();
+                if (has_body) HardenedHttpServer::close_after_response(res);
                 respond(res, 403,
                         detail_object("authentication_error",
                                       "Must supply an API key! Check your request and try again."));
@@ -248,7 +248,7 @@ void Server::Impl::setup_routes() {
                                     ? auth.substr(prefix.size())
                                     : std::string();
             if (!key_matches(given, opt.api_keys)) {
-                if (has_body) HardenedHttpServer::close_after_response();
+                if (has_body) HardenedHttpServer::close_after_response(res);
                 respond(res, 401,
                         detail_object("authentication_error",
                                       "Cannot authenticate with the server. Please check your API key and try "
@@ -284,7 +284,7 @@ void Server::Impl::setup_routes() {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
         // An error httplib produced itself (malformed request, body over the limit, URI or header too long):
         // whatever is left of the request on the connection cannot be trusted.
-        if (res.status != 404) HardenedHttpServer::close_after_response();
+        if (res.status != 404) HardenedHttpServer::close_after_response(res);
         if (res.status == 404) {
             if (const Route* r = find_route(req.path)) {
                 res.set_header("Allow", r->method);
@@ -382,7 +382,7 @@ void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Respon
     } guard{metrics, t0, res};
 
     if (!ready) {
-        HardenedHttpServer::close_after_response();  // the body stays unread
+        HardenedHttpServer::close_after_response(res);  // the body stays unread
         res.set_header("retry-after", "1");
         respond(res, 503,
                 detail_object("unavailable", load_failed ? "The model failed to load." : "The model is loading."));
@@ -391,7 +391,7 @@ void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Respon
     // The body is read here, not by httplib: a chunked body is held to max_body_bytes as it arrives (httplib
     // 0.11 limits only Content-Length bodies), and a refused media type is never parsed as a form.
     if (!json_content_type(req.get_header_value("Content-Type"))) {
-        HardenedHttpServer::close_after_response();
+        HardenedHttpServer::close_after_response(res);
         respond(res, 415, detail_object("api_usage_error", kContentTypeMessage));
         return;
     }
@@ -406,7 +406,7 @@ void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Respon
         return true;
     });
     if (!complete) {
-        HardenedHttpServer::close_after_response();
+        HardenedHttpServer::close_after_response(res);
         if (too_large)
             respond(res, 413,
                     detail_object("api_usage_error",

@@ -133,7 +133,8 @@ HardenedHttpServer::HardenedHttpServer(TransportLimits limits) {
     set_limits(limits);
 }
 
-void HardenedHttpServer::close_after_response() {
+void HardenedHttpServer::close_after_response(httplib::Response& res) {
+    if (!t_close_after_response) res.set_header("Connection", "close");  // the client must not reuse it
     t_close_after_response = true;
 }
 

@@ -4,7 +4,7 @@
 //   * an idle keep-alive connection gives its thread up as soon as other connections wait for one (after a
 //     short grace), so a flood of idle connections cannot starve the clients that send requests;
 //   * reads and writes each have an inactivity timeout; the server's stop() ends idle waits promptly;
-//   * a handler can ask for the connection to be closed after its response (close_after_response()).
+//   * a handler can ask for the connection to be closed after its response (close_after_response(res)).
 // Request parsing, routing and responses stay httplib's (Server::process_request).
 #pragma once
 
@@ -35,7 +35,8 @@ public:
     // Called from a handler: close the connection once the current response is written (a rejected request
     // whose body was never read, or a malformed one, so the rest of its bytes cannot be taken for the next
     // request).
-    static void close_after_response();
+    // Also sets "Connection: close" on the response, so that keep-alive clients do not reuse the connection.
+    static void close_after_response(httplib::Response& res);
     // Connections accepted and waiting for a thread (for tests and metrics).
     int backlog() const { return backlog_.load(); }
 

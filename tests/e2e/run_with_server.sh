@@ -34,7 +34,7 @@ done
 
 status=0
 NODE_PATH="$modules/node_modules" TYPESAFE_BASE_URL="http://127.0.0.1:$port" TYPESAFE_API_KEY=e2e-test-key \
-  CLEF_TEST_DATA="$(dirname "$model")" node --test "$here/$script" || status=$?
+  CLEF_TEST_DATA="$(dirname "$model")" CLEF_SERVER_PID="$pid" node --test "$here/$script" || status=$?
 
 kill -TERM "$pid"
 server_status=0
