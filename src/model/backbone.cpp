@@ -425,7 +425,9 @@ void Backbone::gdn_mixer(const Layer& L, BackboneState::Layer& S, const float* x
         d.out_stride = value_dim;
         d.initial_state = S.delta.data();
         d.final_state = S.delta.data();
-        if (c.opt.chunked_delta_rule)
+        if (c.opt.chunked_delta_rule && !c.opt.reference)
+            ops::gated_delta_rule_chunked_fast(d, 64);
+        else if (c.opt.chunked_delta_rule)
             ops::gated_delta_rule_chunked(d, 64);
         else
             ops::gated_delta_rule_serial(d);
