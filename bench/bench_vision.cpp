@@ -89,7 +89,7 @@ void BM_VisionTower(benchmark::State& state) {
     state.counters["patches"] = img.num_patches();
     state.counters["tokens"] = img.num_tokens();
     state.counters["GFLOP"] = benchmark::Counter(flops * 1e-9 * static_cast<double>(state.iterations()),
-                                                   benchmark::Counter::kIsRate);
+                                                 benchmark::Counter::kIsRate);
     state.SetLabel(std::to_string(img.resized.height) + "x" + std::to_string(img.resized.width) + " depth " +
                    std::to_string(l.cfg.depth) + " hidden " + std::to_string(l.cfg.hidden_size));
 }
