@@ -149,3 +149,37 @@ TEST(Prefill, EngineChunkSizeDoesNotChangeTheDecision) {
     // Without keep_hidden the decision keeps no T x hidden copy.
     EXPECT_TRUE(e->decide(req, opt).last_hidden_state.empty());
 }
+
+TEST(Prefill, FastHeadEqualsReferenceHead) {
+    // The head's fast path (PackedLinear, memory attention without projecting the memory rows) against its
+    // scalar reference on the backbone output of a fixture case.
+    Fixture& f = fixture();
+    const JsonValue& c = tiny_case("choice_1_and_40_options");
+    std::vector<int32_t> ids;
+    for (const auto& v : c.find("input_ids")->items()) ids.push_back(static_cast<int32_t>(v.as_int64()));
+    const HeadConfig hc = load_head_config(data_path("tiny-clef/joint_head_config.json"));
+    const SafetensorsFile hf = SafetensorsFile::open(data_path("tiny-clef/joint_head.safetensors"));
+    const TensorView& lm = f.ckpt.get("lm_head.weight");
+    const JointHead fast(hc, hf, lm), ref(hc, hf, lm, /*reference=*/true);
+    std::vector<HeadQuestion> qs;
+    for (const auto& q : c.find("questions")->items()) {
+        HeadQuestion h;
+        h.type = static_cast<int>(q.find("question_type")->as_int64());
+        const auto& sp = q.find("question_span")->items();
+        h.span_begin = static_cast<int>(sp[0].as_int64());
+        h.span_end = static_cast<int>(sp[1].as_int64());
+        for (const auto& o : q.find("option_spans")->items())
+            h.option_spans.push_back(
+                {static_cast<int>(o.items()[0].as_int64()), static_cast<int>(o.items()[1].as_int64())});
+        qs.push_back(std::move(h));
+    }
+    const std::vector<float> hidden = f.backbone.forward(ids);
+    const int64_t T = static_cast<int64_t>(ids.size());
+    const auto a = fast.logits(hidden.data(), T, ids, qs);
+    const auto b = ref.logits(hidden.data(), T, ids, qs);
+    ASSERT_EQ(a.size(), b.size());
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, max_abs_diff(a[i], b[i]));
+    std::printf("  head fast vs reference: max |logit diff| %.2e\n", worst);
+    EXPECT_LE(worst, 2e-5);
+}

@@ -218,6 +218,58 @@ void attend(const Attn& a, int heads, int64_t W, const float* xq, int64_t lq, co
     a.out.apply(ctx.data(), lq, out);
 }
 
+// Fast form of memory_kv + attend for memory rows `mem` [T][W] (already normalised if the layer norms them),
+// equal up to rounding: per head h, q_h·(W_k,h m + b_k,h) = (W_k,hᵀ q_h)·m + a constant (the constant cancels in
+// the softmax), and Σ_j p_j (W_v,h m_j + b_v,h) = W_v,h (Σ_j p_j m_j) + b_v,h since Σ_j p_j = 1. The T memory rows
+// are never projected: O(T·W·heads·lq) work instead of O(T·W²).
+void attend_memory(const Attn& a, int heads, int64_t W, const float* xq, int64_t lq, const float* mem, int64_t T,
+                   float* out) {
+    const int64_t dh = W / heads, R = lq * heads;
+    std::vector<float> q(static_cast<size_t>(lq * W)), qt(static_cast<size_t>(R * W)),
+        s(static_cast<size_t>(R * T)), ctx(static_cast<size_t>(R * W)), o(static_cast<size_t>(lq * W));
+    a.q.apply(xq, lq, q.data());
+    const float scale = 1.f / std::sqrt(static_cast<float>(dh));
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < R; ++r) {
+        const int64_t i = r / heads, h = r % heads;
+        float* dst = qt.data() + r * W;
+        std::fill(dst, dst + W, 0.f);
+        for (int64_t d = 0; d < dh; ++d) {
+            const float coef = scale * q[i * W + h * dh + d];
+            const float* wr = a.k.w.data() + (h * dh + d) * W;
+#pragma omp simd
+            for (int64_t c = 0; c < W; ++c) dst[c] += coef * wr[c];
+        }
+    }
+    ops::linear(qt.data(), R, W, mem, T, nullptr, s.data());
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < R; ++r) {
+        float* sr = s.data() + r * T;
+        ops::softmax_inplace(sr, T);
+        float* dst = ctx.data() + r * W;
+        std::fill(dst, dst + W, 0.f);
+        for (int64_t j = 0; j < T; ++j) {
+            const float p = sr[j];
+            const float* mj = mem + j * W;
+#pragma omp simd
+            for (int64_t c = 0; c < W; ++c) dst[c] += p * mj[c];
+        }
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < R; ++r) {
+        const int64_t i = r / heads, h = r % heads;
+        const float* cr = ctx.data() + r * W;
+        for (int64_t d = 0; d < dh; ++d) {
+            const float* wr = a.v.w.data() + (h * dh + d) * W;
+            float acc = 0.f;
+#pragma omp simd reduction(+ : acc)
+            for (int64_t c = 0; c < W; ++c) acc += wr[c] * cr[c];
+            o[i * W + h * dh + d] = acc + a.v.b[h * dh + d];
+        }
+    }
+    a.out.apply(o.data(), lq, out);
+}
+
 // Feed-forward block with exact GELU: out = second(gelu(first(x))).
 void feedforward(const Dense& first, const Dense& second, const float* x, int64_t rows, float* out) {
     std::vector<float> h(static_cast<size_t>(rows * first.out));
@@ -497,9 +549,14 @@ std::vector<std::vector<float>> JointHead::decide(const HeadFeatures& ft,
     std::vector<float> keys(static_cast<size_t>(T * W)), values(static_cast<size_t>(T * W));
     std::vector<float> x(static_cast<size_t>(N * W));
     for (const RoutingLayer& l : w.routing) {
-        memory_kv(l.attention, &l.memory_norm, memory, T, W, keys.data(), values.data());
         l.query_norm.apply(r.data(), N, x.data());
-        attend(l.attention, heads, W, x.data(), N, keys.data(), values.data(), T, tmp.data());
+        if (!l.attention.k.packed.empty()) {  // fast path: keys holds the normalised memory
+            l.memory_norm.apply(memory, T, keys.data());
+            attend_memory(l.attention, heads, W, x.data(), N, keys.data(), T, tmp.data());
+        } else {
+            memory_kv(l.attention, &l.memory_norm, memory, T, W, keys.data(), values.data());
+            attend(l.attention, heads, W, x.data(), N, keys.data(), values.data(), T, tmp.data());
+        }
         add_into(r.data(), tmp.data(), r.size());
         l.feedforward_norm.apply(r.data(), N, x.data());
         feedforward(l.ff_in, l.ff_out, x.data(), N, tmp.data());
@@ -552,8 +609,12 @@ std::vector<std::vector<float>> JointHead::decide(const HeadFeatures& ft,
         attend(l.self_attn, heads, W, fx.data(), Q, qk.data(), qv.data(), Q, ftmp.data());
         add_into(f.data(), ftmp.data(), f.size());
         l.norm2.apply(f.data(), Q, fx.data());
-        memory_kv(l.cross_attn, nullptr, memory, T, W, keys.data(), values.data());
-        attend(l.cross_attn, heads, W, fx.data(), Q, keys.data(), values.data(), T, ftmp.data());
+        if (!l.cross_attn.k.packed.empty()) {
+            attend_memory(l.cross_attn, heads, W, fx.data(), Q, memory, T, ftmp.data());
+        } else {
+            memory_kv(l.cross_attn, nullptr, memory, T, W, keys.data(), values.data());
+            attend(l.cross_attn, heads, W, fx.data(), Q, keys.data(), values.data(), T, ftmp.data());
+        }
         add_into(f.data(), ftmp.data(), f.size());
         l.norm3.apply(f.data(), Q, fx.data());
         feedforward(l.linear1, l.linear2, fx.data(), Q, ftmp.data());
