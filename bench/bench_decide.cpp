@@ -20,14 +20,13 @@ struct Setup {
     std::unique_ptr<clef::Engine> engine = clef::Engine::load(kModel);
     clef::Engine::Prepared prepared;
     Setup() {
-        const clef::JsonValue cases =
-            clef::parse_json_or_throw(read(kModel + "/cases.json"), "cases.json");
+        const clef::JsonValue cases = clef::parse_json_or_throw(read(kModel + "/cases.json"), "cases.json");
         for (const auto& c : cases.find("cases")->items()) {
             if (c.find("name")->as_string() != "basic_mixed") continue;
             clef::DecisionRequest req;
             std::vector<clef::RequestError> errors;
-            clef::parse_request(clef::parse_json_or_throw(c.find("request_body")->as_string(), "basic_mixed"), req,
-                                errors);
+            clef::parse_request(clef::parse_json_or_throw(c.find("request_body")->as_string(), "basic_mixed"),
+                                req, errors);
             clef::DecideOptions opt;
             opt.max_length = static_cast<int>(c.find("max_length")->as_int64());
             prepared = engine->prepare(req, opt);

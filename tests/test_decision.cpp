@@ -1,5 +1,6 @@
 // End to end against the publisher's reference (tests/data/tiny-clef/cases.json, float64 goldens):
-// request -> validation -> prompt (ids, spans, segments exact) -> backbone -> head -> answers -> response body.
+// request -> validation -> prompt (ids, spans, segments exact) -> backbone -> head -> answers -> response
+// body.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,9 +10,9 @@
 #include <sstream>
 
 #include "decision/engine.h"
-#include "ops/gemm.h"
 #include "decision/prompt.h"
 #include "decision/request.h"
+#include "ops/gemm.h"
 #include "tokenizer/tokenizer.h"
 #include "util/json.h"
 
@@ -38,9 +39,13 @@ const Engine& engine() {
     return *e;
 }
 
-std::string name_of(const JsonValue& c) { return c.find("name")->as_string(); }
+std::string name_of(const JsonValue& c) {
+    return c.find("name")->as_string();
+}
 
-int64_t as_int(const JsonValue* v) { return v->as_int64(); }
+int64_t as_int(const JsonValue* v) {
+    return v->as_int64();
+}
 
 std::vector<int32_t> ids_of(const JsonValue& arr) {
     std::vector<int32_t> v;
@@ -213,22 +218,23 @@ TEST_P(DecisionParity, HiddenStatesLogitsProbabilitiesAndResponse) {
         worst[1] = std::max(worst[1], mean_err);
         worst[2] = std::max(worst[2], max_logit);
         worst[3] = std::max(worst[3], max_prob);
-        std::printf("  %-32s %s T=%4zu hidden max %.2e mean %.2e | logits %.2e | probs %.2e\n", name_of(c).c_str(),
-                    path.name, T, max_err, mean_err, max_logit, max_prob);
+        std::printf("  %-32s %s T=%4zu hidden max %.2e mean %.2e | logits %.2e | probs %.2e\n",
+                    name_of(c).c_str(), path.name, T, max_err, mean_err, max_logit, max_prob);
         expect_json_near(d.response, *c.find("response"), path.response, "response");
         ++n;
     }
     EXPECT_EQ(n, 8);
-    std::printf("  %s worst: hidden max %.2e mean %.2e | logits %.2e | probs %.2e\n", path.name, worst[0], worst[1],
-                worst[2], worst[3]);
+    std::printf("  %s worst: hidden max %.2e mean %.2e | logits %.2e | probs %.2e\n", path.name, worst[0],
+                worst[1], worst[2], worst[3]);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Paths, DecisionParity,
-    ::testing::Values(ParityPath{"FastChunked", false, true, ops::Precision::Exact, 5e-3, 2e-5, 2e-4, 2e-5, 1e-4 + 1e-12},
-                      ParityPath{"FastSerial", false, false, ops::Precision::Exact, 5e-3, 2e-5, 2e-4, 2e-5, 1e-4 + 1e-12},
-                      ParityPath{"Reference", true, true, ops::Precision::Exact, 5e-3, 2e-5, 2e-4, 2e-5, 1e-4 + 1e-12},
-                      ParityPath{"FastBF16", false, true, ops::Precision::BF16, 3.0, 3e-2, 0.15, 1e-2, 5e-2}),
+    ::testing::Values(
+        ParityPath{"FastChunked", false, true, ops::Precision::Exact, 5e-3, 2e-5, 2e-4, 2e-5, 1e-4 + 1e-12},
+        ParityPath{"FastSerial", false, false, ops::Precision::Exact, 5e-3, 2e-5, 2e-4, 2e-5, 1e-4 + 1e-12},
+        ParityPath{"Reference", true, true, ops::Precision::Exact, 5e-3, 2e-5, 2e-4, 2e-5, 1e-4 + 1e-12},
+        ParityPath{"FastBF16", false, true, ops::Precision::BF16, 3.0, 3e-2, 0.15, 1e-2, 5e-2}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Decision, CliDecideAndDebug) {
@@ -275,7 +281,8 @@ TEST(Decision, CliDecideAndDebug) {
                           std::to_string(ec.find("max_length")->as_int64()) + " " + req_path + " 2>&1";
         out = run(cmd, status);
         EXPECT_EQ(WEXITSTATUS(status), 2) << out;
-        EXPECT_NE(out.find(ec.find("expected_error")->find("message")->as_string()), std::string::npos) << out;
+        EXPECT_NE(out.find(ec.find("expected_error")->find("message")->as_string()), std::string::npos)
+            << out;
         EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
     }
     std::ofstream(req_path, std::ios::binary) << "{\"model\": ";

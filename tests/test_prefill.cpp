@@ -90,9 +90,13 @@ void expect_chunks_match(bool reference, const std::vector<int64_t>& chunks, con
 
 }  // namespace
 
-TEST(Prefill, ReferenceChunksEqualOneShot) { expect_chunks_match(true, {1, 7, 64, 100, 512}, nullptr); }
+TEST(Prefill, ReferenceChunksEqualOneShot) {
+    expect_chunks_match(true, {1, 7, 64, 100, 512}, nullptr);
+}
 
-TEST(Prefill, FastChunksEqualOneShot) { expect_chunks_match(false, {1, 7, 64, 100, 512}, nullptr); }
+TEST(Prefill, FastChunksEqualOneShot) {
+    expect_chunks_match(false, {1, 7, 64, 100, 512}, nullptr);
+}
 
 TEST(Prefill, ChunksCarryMropePositions) {
     std::vector<int32_t> pos(3 * 300);
@@ -132,7 +136,8 @@ TEST(Prefill, EngineChunkSizeDoesNotChangeTheDecision) {
     const JsonValue& c = tiny_case("basic_mixed");
     DecisionRequest req;
     std::vector<RequestError> errors;
-    ASSERT_TRUE(parse_request(parse_json_or_throw(c.find("request_body")->as_string(), "basic_mixed"), req, errors));
+    ASSERT_TRUE(
+        parse_request(parse_json_or_throw(c.find("request_body")->as_string(), "basic_mixed"), req, errors));
     DecideOptions opt;
     opt.max_length = static_cast<int>(c.find("max_length")->as_int64());
     opt.backbone.prefill_chunk = 0;
@@ -144,7 +149,8 @@ TEST(Prefill, EngineChunkSizeDoesNotChangeTheDecision) {
         EXPECT_LE(max_abs_diff(d.last_hidden_state, whole.last_hidden_state, &mean), kMaxTol);
         EXPECT_LE(mean, kMeanTol);
         ASSERT_EQ(d.logits.size(), whole.logits.size());
-        for (size_t i = 0; i < d.logits.size(); ++i) EXPECT_LE(max_abs_diff(d.logits[i], whole.logits[i]), 1e-5);
+        for (size_t i = 0; i < d.logits.size(); ++i)
+            EXPECT_LE(max_abs_diff(d.logits[i], whole.logits[i]), 1e-5);
     }
     // Without keep_hidden the decision keeps no T x hidden copy.
     EXPECT_TRUE(e->decide(req, opt).last_hidden_state.empty());

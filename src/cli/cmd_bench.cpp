@@ -1,5 +1,5 @@
-// clef bench: times whole decisions on a synthetic request of exactly N prompt tokens and prints one JSON line
-// (throughput, backbone GFLOP/s against a measured oneDNN BF16 matmul peak, head share, peak RSS).
+// clef bench: times whole decisions on a synthetic request of exactly N prompt tokens and prints one JSON
+// line (throughput, backbone GFLOP/s against a measured oneDNN BF16 matmul peak, head share, peak RSS).
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -36,13 +36,16 @@ struct BenchArgs {
     bool profile = false;
 };
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 // A request whose encoded prompt is exactly `tokens` long: a state of `tokens` words (at least one token
 // each, whatever the tokenizer) cut to fit by max_length = tokens, and one yes/no question.
 DecisionRequest synthetic_request(int64_t tokens) {
     std::string state;
-    static const char* words[] = {" ticket", " the", " app", " crashes", " after", " update", " refund", " please"};
+    static const char* words[] = {" ticket", " the",    " app",    " crashes",
+                                  " after",  " update", " refund", " please"};
     for (int64_t i = 0; i < tokens; ++i) state += words[i % 8];
     // One short question keeps the fixed part (template + schema) small, so short prompts are possible.
     const std::string body = R"({"model": "bench", "state": )" + write_json(JsonValue::string(state)) +
@@ -68,7 +71,8 @@ double onednn_bf16_peak_gflops(int64_t m, int64_t k, int64_t n, int iters) {
     memory a(a_md, eng), b_plain(b_md, eng), b(pd.weights_desc(), eng), c(c_md, eng);
     auto fill = [](memory& mem, size_t count) {
         auto* p = static_cast<uint16_t*>(mem.get_data_handle());
-        for (size_t i = 0; i < count; ++i) p[i] = static_cast<uint16_t>(0x3c00 + (i * 2654435761u >> 20) % 256);
+        for (size_t i = 0; i < count; ++i)
+            p[i] = static_cast<uint16_t>(0x3c00 + (i * 2654435761u >> 20) % 256);
     };
     fill(a, static_cast<size_t>(m * k));
     fill(b_plain, static_cast<size_t>(k * n));
@@ -140,8 +144,9 @@ void run_bench(const BenchArgs& a) {
     std::vector<double> sorted = total;
     std::sort(sorted.begin(), sorted.end());
     const double t_best = sorted.front();
-    const double t_median = sorted.size() % 2 ? sorted[sorted.size() / 2]
-                                               : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
+    const double t_median = sorted.size() % 2
+                                ? sorted[sorted.size() / 2]
+                                : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
     const double flops = backbone_flops(engine->config().text, T);
     const double gflops = flops / best.backbone_total / 1e9;
     const double peak = onednn_bf16_peak_gflops(512, 4096, 4096, 6);
@@ -175,7 +180,8 @@ void run_bench(const BenchArgs& a) {
 
 void add_bench_command(CLI::App& app) {
     auto args = std::make_shared<BenchArgs>();
-    CLI::App* cmd = app.add_subcommand("bench", "Time whole decisions on a synthetic prompt of N tokens (JSON line)");
+    CLI::App* cmd =
+        app.add_subcommand("bench", "Time whole decisions on a synthetic prompt of N tokens (JSON line)");
     cmd->add_option("--model", args->model, "Model directory (publisher layout) or GGUF file")->required();
     cmd->add_option("--tokens", args->tokens, "Prompt tokens")->capture_default_str();
     cmd->add_option("--repeat", args->repeat, "Timed decisions (best and median are reported)")

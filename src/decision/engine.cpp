@@ -17,7 +17,9 @@ namespace clef {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 }  // namespace
 
 Engine::~Engine() = default;
@@ -25,7 +27,8 @@ Engine::~Engine() = default;
 std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const std::string& head_dir) {
     if (is_gguf_file(model_dir)) {
         GgufModel g = load_gguf_model(model_dir, head_dir);
-        if (!g.head) throw Error(model_dir + ": a " + g.arch + " GGUF without a joint head (give --head DIR)");
+        if (!g.head)
+            throw Error(model_dir + ": a " + g.arch + " GGUF without a joint head (give --head DIR)");
         std::unique_ptr<Engine> e(new Engine());
         e->config_ = g.config;
         e->head_config_ = *g.head_config;
@@ -41,8 +44,9 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const std::st
     }
     ModelDir dir = locate_model_dir(model_dir);
     if (!dir.has_head())
-        throw Error(model_dir + ": no joint_head.safetensors / joint_head_config.json: a backbone alone cannot "
-                                "answer decisions");
+        throw Error(model_dir +
+                    ": no joint_head.safetensors / joint_head_config.json: a backbone alone cannot "
+                    "answer decisions");
     std::unique_ptr<Engine> e(new Engine());
     e->config_ = load_model_config(dir.config_path);
     e->head_config_ = load_head_config(dir.head_config_path);
@@ -56,7 +60,9 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const std::st
     const TensorView* lm_head = e->weights_->find("lm_head.weight");
     if (!lm_head && e->config_.text.tie_word_embeddings)
         lm_head = e->weights_->find(e->backbone_->prefix() + "embed_tokens.weight");
-    if (!lm_head) throw Error(e->weights_->description() + ": missing tensor lm_head.weight (the head's lexical table)");
+    if (!lm_head)
+        throw Error(e->weights_->description() +
+                    ": missing tensor lm_head.weight (the head's lexical table)");
     e->head_ = std::make_unique<JointHead>(e->head_config_, *e->head_file_, *lm_head);
     if (e->config_.vision && VisionTower::in_checkpoint(*e->weights_))
         e->load_vision(dir.processor_config_path);
@@ -168,7 +174,8 @@ Decision Engine::run(const Prepared& p, const DecideOptions& opt, bool keep_hidd
     }
     HeadFeatureBuilder builder(*head_, T, ids, hq);
     BackboneState state = backbone_->start();
-    const int64_t chunk = opt.backbone.prefill_chunk > 0 ? opt.backbone.prefill_chunk : std::max<int64_t>(T, 1);
+    const int64_t chunk =
+        opt.backbone.prefill_chunk > 0 ? opt.backbone.prefill_chunk : std::max<int64_t>(T, 1);
     std::vector<float> buf(static_cast<size_t>(std::min(chunk, T) * H));
     if (keep_hidden) d.last_hidden_state.resize(static_cast<size_t>(T * H));
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {
@@ -178,8 +185,9 @@ Decision Engine::run(const Prepared& p, const DecideOptions& opt, bool keep_hidd
             backbone_->embed_into(ids.data() + t0, n, buf.data());
         else
             std::copy_n(x_all.data() + t0 * H, n * H, buf.data());
-        backbone_->forward_chunk(state, buf.data(), n, p.position_ids.empty() ? nullptr : p.position_ids.data() + t0,
-                                 T, opt.backbone, buf.data(), nullptr, prof ? &prof->backbone : nullptr);
+        backbone_->forward_chunk(state, buf.data(), n,
+                                 p.position_ids.empty() ? nullptr : p.position_ids.data() + t0, T,
+                                 opt.backbone, buf.data(), nullptr, prof ? &prof->backbone : nullptr);
         const auto th = Clock::now();
         if (prof) prof->backbone_total += std::chrono::duration<double>(th - tb).count();
         builder.add_rows(buf.data(), n);
@@ -197,8 +205,8 @@ Decision Engine::run(const Prepared& p, const DecideOptions& opt, bool keep_hidd
     JsonValue answers = JsonValue::object();
     for (size_t i = 0; i < d.logits.size(); ++i) {
         d.probabilities.push_back(softmax_f32(d.logits[i]));
-        answers.set(req.questions[i].id,
-                    make_answer(req.questions[i], d.prompt.questions[i], d.probabilities.back(), opt.answers));
+        answers.set(req.questions[i].id, make_answer(req.questions[i], d.prompt.questions[i],
+                                                     d.probabilities.back(), opt.answers));
     }
     JsonValue usage = JsonValue::object();
     usage.set("input_tokens", JsonValue::integer(T));

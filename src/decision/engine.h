@@ -1,6 +1,6 @@
 // The decision engine: owns a loaded model (tokenizer, backbone, joint head) and answers validated requests.
-// One prefill over the whole prompt, then the head, then the answers. Thread-compatible: decide() is const and
-// keeps its scratch memory per call, but callers run one decision at a time (the server's worker does).
+// One prefill over the whole prompt, then the head, then the answers. Thread-compatible: decide() is const
+// and keeps its scratch memory per call, but callers run one decision at a time (the server's worker does).
 #pragma once
 
 #include <memory>
@@ -25,7 +25,7 @@ class VisionTower;
 
 // Wall-clock seconds of the parts of run(), accumulated over calls.
 struct DecisionProfile {
-    BackboneProfile backbone;  // per kind of backbone work
+    BackboneProfile backbone;   // per kind of backbone work
     double backbone_total = 0;  // embedding + every forward_chunk
     double vision = 0;          // vision tower (requests with images)
     double head_features = 0;   // HeadFeatureBuilder::add_rows + finish
@@ -38,8 +38,8 @@ struct DecideOptions {
     bool debug = false;  // add the "debug" object to the response
     AnswerOptions answers;
     // Backbone path and precision (reference oracle or fast path, Exact or BF16 activations) and the prefill
-    // chunk length: the prompt runs through the backbone chunk by chunk and each chunk's last hidden states go
-    // straight to the head's feature builder, so activation memory is O(chunk).
+    // chunk length: the prompt runs through the backbone chunk by chunk and each chunk's last hidden states
+    // go straight to the head's feature builder, so activation memory is O(chunk).
     BackboneOptions backbone;
     int threads = 0;             // OpenMP threads for the kernels (ops::set_num_threads); 0 = leave as is
     bool keep_segments = false;  // fill the prompt's segments (debugging and tests)
@@ -57,8 +57,9 @@ struct Decision {
 class Engine {
 public:
     // Loads a model directory in the publisher layout (config.json, safetensors weights, tokenizer.json,
-    // joint_head_config.json, joint_head.safetensors). Throws clef::Error naming what is missing or malformed.
-    // A .gguf path loads a GGUF model (clef, or qwen35 with the head from head_dir or beside the file).
+    // joint_head_config.json, joint_head.safetensors). Throws clef::Error naming what is missing or
+    // malformed. A .gguf path loads a GGUF model (clef, or qwen35 with the head from head_dir or beside the
+    // file).
     static std::unique_ptr<Engine> load(const std::string& model_dir, const std::string& head_dir = "");
     ~Engine();
 
@@ -72,7 +73,8 @@ public:
 
     // Encodes and runs one request: run(prepare(...)). Throws PromptTooLong when the schema does not fit
     // max_length, clef::Error for other failures (e.g. non-finite model output).
-    Decision decide(const DecisionRequest& req, const DecideOptions& opt = {}, bool keep_hidden = false) const;
+    Decision decide(const DecisionRequest& req, const DecideOptions& opt = {},
+                    bool keep_hidden = false) const;
 
     // The two halves of decide(): prepare() validates against the model and encodes the prompt (cheap; the
     // server runs it on its HTTP threads), run() does the prefill, the head and the answers (the worker).

@@ -86,7 +86,8 @@ ops::RopeParams rope_params(const TextConfig& c) {
 struct Timer {
     double* slot;
     std::chrono::steady_clock::time_point t0;
-    explicit Timer(double* s) : slot(s), t0(s ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{}) {}
+    explicit Timer(double* s)
+        : slot(s), t0(s ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{}) {}
     ~Timer() {
         if (slot) *slot += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
@@ -168,7 +169,7 @@ struct Backbone::Ctx {
     const BackboneOptions& opt;
     BackboneProfile* prof;
     std::vector<float> cos, sin;  // [T][rotary_dim/2] for this chunk
-    double* slot(double BackboneProfile::* m) const { return prof ? &(prof->*m) : nullptr; }
+    double* slot(double BackboneProfile::*m) const { return prof ? &(prof->*m) : nullptr; }
 };
 
 Backbone::~Backbone() = default;
@@ -279,10 +280,12 @@ BackboneState Backbone::start() const {
     for (int l = 0; l < cfg_.num_layers; ++l) {
         if (layers_[l].type != LayerType::LinearAttention) continue;
         const int64_t key_dim = int64_t{cfg_.linear_num_key_heads} * cfg_.linear_key_head_dim;
-        const int64_t conv_dim = 2 * key_dim + int64_t{cfg_.linear_num_value_heads} * cfg_.linear_value_head_dim;
+        const int64_t conv_dim =
+            2 * key_dim + int64_t{cfg_.linear_num_value_heads} * cfg_.linear_value_head_dim;
         s.layers[l].conv.assign((cfg_.linear_conv_kernel - 1) * conv_dim, 0.f);
         s.layers[l].delta.assign(
-            int64_t{cfg_.linear_num_value_heads} * cfg_.linear_key_head_dim * cfg_.linear_value_head_dim, 0.f);
+            int64_t{cfg_.linear_num_value_heads} * cfg_.linear_key_head_dim * cfg_.linear_value_head_dim,
+            0.f);
     }
     return s;
 }
@@ -342,7 +345,8 @@ void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const
         }
         if (trace) trace->layers[l].input_norm = xn;
         if (L.type == LayerType::LinearAttention)
-            gdn_mixer(L, st.layers[l], xn.data(), T, c, mix.data(), internals ? &trace->layers[l].gdn : nullptr);
+            gdn_mixer(L, st.layers[l], xn.data(), T, c, mix.data(),
+                      internals ? &trace->layers[l].gdn : nullptr);
         else
             attention_mixer(L, st.layers[l], xn.data(), T, c, mix.data(),
                             internals ? &trace->layers[l].attention : nullptr);
@@ -501,11 +505,11 @@ void Backbone::attention_mixer(const Layer& L, BackboneState::Layer& S, const fl
     {
         Timer tm(c.slot(&BackboneProfile::attention));
         if (!c.opt.reference) {
-            ops::attention_fast(q.data(), qdim, S.k.data(), kvdim, S.v.data(), kvdim, T, p0 + T, nh, nkv, hd, scale,
-                                true, attn.data(), qdim, c.opt.precision);
+            ops::attention_fast(q.data(), qdim, S.k.data(), kvdim, S.v.data(), kvdim, T, p0 + T, nh, nkv, hd,
+                                scale, true, attn.data(), qdim, c.opt.precision);
         } else if (p0 == 0) {
-            ops::attention(q.data(), qdim, S.k.data(), kvdim, S.v.data(), kvdim, T, T, nh, nkv, hd, scale, true,
-                           attn.data(), qdim);
+            ops::attention(q.data(), qdim, S.k.data(), kvdim, S.v.data(), kvdim, T, T, nh, nkv, hd, scale,
+                           true, attn.data(), qdim);
         } else {  // query i sees cache rows 0 .. p0 + i
             for (int64_t i = 0; i < T; ++i)
                 ops::attention(q.data() + i * qdim, qdim, S.k.data(), kvdim, S.v.data(), kvdim, 1, p0 + i + 1,
@@ -568,7 +572,7 @@ double backbone_flops(const TextConfig& c, int64_t T) {
             const double key_dim = Hk * dk, value_dim = Hv * dv;
             per_token += 2 * H * (2 * key_dim + value_dim) + 2 * H * value_dim + 2 * 2 * H * Hv;  // in_proj
             per_token += 2 * value_dim * H;                                                       // out_proj
-            per_token += 7 * Hv * dk * dv;                                                        // delta rule
+            per_token += 7 * Hv * dk * dv;  // delta rule
         } else {
             const double hd = c.head_dim, qdim = c.num_heads * hd, kvdim = c.num_kv_heads * hd;
             per_token += 2 * H * (qdim * (c.attn_output_gate ? 2 : 1) + 2 * kvdim) + 2 * qdim * H;

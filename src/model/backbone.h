@@ -31,12 +31,12 @@ bool parse_precision(const std::string& s, ops::Precision& out);
 
 // Wall-clock seconds per kind of work, accumulated over forward_chunk calls when a profile is passed.
 struct BackboneProfile {
-    double embed = 0, norms = 0;                // embedding rows, RMSNorms + residual adds
-    double gdn_proj = 0, gdn_conv_gates = 0;    // GDN in/out projections; conv, L2 norms, gates, gated norm
-    double delta_rule = 0;                      // the gated delta rule
-    double attn_proj = 0, attn_rope_norm = 0;   // attention q/k/v/o projections; q/k norms, RoPE, gate
-    double attention = 0;                       // softmax(QK^T)V over the K/V cache
-    double mlp_proj = 0, mlp_act = 0;           // gate/up/down projections; SiLU * up
+    double embed = 0, norms = 0;               // embedding rows, RMSNorms + residual adds
+    double gdn_proj = 0, gdn_conv_gates = 0;   // GDN in/out projections; conv, L2 norms, gates, gated norm
+    double delta_rule = 0;                     // the gated delta rule
+    double attn_proj = 0, attn_rope_norm = 0;  // attention q/k/v/o projections; q/k norms, RoPE, gate
+    double attention = 0;                      // softmax(QK^T)V over the K/V cache
+    double mlp_proj = 0, mlp_act = 0;          // gate/up/down projections; SiLU * up
 };
 
 // What a chunked prefill carries from one chunk to the next.
@@ -45,7 +45,8 @@ struct BackboneState {
     struct Layer {
         std::vector<float> conv;   // GDN: the last K-1 conv inputs [K-1][conv_dim]
         std::vector<float> delta;  // GDN: the delta-rule state [Hv][dk][dv]
-        std::vector<float> k, v;   // attention: the K/V cache [position][kv_heads*head_dim] (K after norm + RoPE)
+        std::vector<float> k,
+            v;  // attention: the K/V cache [position][kv_heads*head_dim] (K after norm + RoPE)
     };
     std::vector<Layer> layers;
 };

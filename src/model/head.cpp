@@ -219,11 +219,11 @@ void attend(const Attn& a, int heads, int64_t W, const float* xq, int64_t lq, co
 }
 
 // Fast form of memory_kv + attend for memory rows `mem` [T][W] (already normalised if the layer norms them),
-// equal up to rounding: per head h, q_h·(W_k,h m + b_k,h) = (W_k,hᵀ q_h)·m + a constant (the constant cancels in
-// the softmax), and Σ_j p_j (W_v,h m_j + b_v,h) = W_v,h (Σ_j p_j m_j) + b_v,h since Σ_j p_j = 1. The T memory rows
-// are never projected: O(T·W·heads·lq) work instead of O(T·W²).
-void attend_memory(const Attn& a, int heads, int64_t W, const float* xq, int64_t lq, const float* mem, int64_t T,
-                   float* out) {
+// equal up to rounding: per head h, q_h·(W_k,h m + b_k,h) = (W_k,hᵀ q_h)·m + a constant (the constant cancels
+// in the softmax), and Σ_j p_j (W_v,h m_j + b_v,h) = W_v,h (Σ_j p_j m_j) + b_v,h since Σ_j p_j = 1. The T
+// memory rows are never projected: O(T·W·heads·lq) work instead of O(T·W²).
+void attend_memory(const Attn& a, int heads, int64_t W, const float* xq, int64_t lq, const float* mem,
+                   int64_t T, float* out) {
     const int64_t dh = W / heads, R = lq * heads;
     std::vector<float> q(static_cast<size_t>(lq * W)), qt(static_cast<size_t>(R * W)),
         s(static_cast<size_t>(R * T)), ctx(static_cast<size_t>(R * W)), o(static_cast<size_t>(lq * W));
