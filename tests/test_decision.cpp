@@ -15,6 +15,7 @@
 #include "ops/gemm.h"
 #include "tokenizer/tokenizer.h"
 #include "util/json.h"
+#include "test_util.h"
 
 using namespace clef;
 
@@ -22,17 +23,9 @@ namespace {
 
 const std::string kModel = std::string(CLEF_TEST_DATA) + "/tiny-clef";
 
-std::string read_file(const std::string& p) {
-    std::ifstream f(p, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
+using clef::testing::read_file;
 
-const JsonValue& cases() {
-    static const JsonValue doc = parse_json_or_throw(read_file(kModel + "/cases.json"), "cases.json");
-    return *doc.find("cases");
-}
+const JsonValue& cases() { return clef::testing::tiny_cases(); }
 
 const Engine& engine() {
     static const std::unique_ptr<Engine> e = Engine::load(kModel);
@@ -57,29 +50,7 @@ std::pair<int, int> span_of(const JsonValue& arr) {
     return {static_cast<int>(arr.items()[0].as_int64()), static_cast<int>(arr.items()[1].as_int64())};
 }
 
-// Structural equality with numbers compared within tol: same kinds, same keys in the same order.
-void expect_json_near(const JsonValue& got, const JsonValue& want, double tol, const std::string& path) {
-    if (want.is_number()) {
-        ASSERT_TRUE(got.is_number()) << path;
-        EXPECT_NEAR(got.as_double(), want.as_double(), tol) << path;
-        return;
-    }
-    ASSERT_EQ(got.kind(), want.kind()) << path;
-    if (want.is_object()) {
-        ASSERT_EQ(got.members().size(), want.members().size()) << path;
-        for (size_t i = 0; i < want.members().size(); ++i) {
-            EXPECT_EQ(got.members()[i].first, want.members()[i].first) << path;
-            expect_json_near(got.members()[i].second, want.members()[i].second, tol,
-                             path + "/" + want.members()[i].first);
-        }
-    } else if (want.is_array()) {
-        ASSERT_EQ(got.items().size(), want.items().size()) << path;
-        for (size_t i = 0; i < want.items().size(); ++i)
-            expect_json_near(got.items()[i], want.items()[i], tol, path + "/" + std::to_string(i));
-    } else {
-        EXPECT_TRUE(got == want) << path << ": " << write_json(got) << " vs " << write_json(want);
-    }
-}
+using clef::testing::expect_json_near;
 
 bool parse_case_request(const JsonValue& c, DecisionRequest& req, std::vector<RequestError>& errors) {
     JsonValue body = parse_json_or_throw(c.find("request_body")->as_string(), name_of(c));

@@ -20,6 +20,7 @@
 #include "image/sha256.h"
 #include "image/source.h"
 #include "util/json.h"
+#include "test_util.h"
 
 using namespace clef;
 
@@ -27,19 +28,9 @@ namespace {
 
 const std::string kModel = std::string(CLEF_TEST_DATA) + "/tiny-clef";
 
-std::string read_file(const std::string& p) {
-    std::ifstream f(p, std::ios::binary);
-    if (!f) throw std::runtime_error("cannot open " + p);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
+using clef::testing::read_file;
 
-const JsonValue& image_cases() {
-    static const JsonValue doc =
-        parse_json_or_throw(read_file(kModel + "/image_cases.json"), "image_cases.json");
-    return *doc.find("cases");
-}
+const JsonValue& image_cases() { return clef::testing::tiny_image_cases(); }
 
 std::string file_bytes(const std::string& name) {
     return read_file(kModel + "/images/" + name);

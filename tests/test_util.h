@@ -36,6 +36,13 @@ inline const JsonValue& tiny_case(const std::string& name) {
     throw std::runtime_error("no fixture case " + name);
 }
 
+// tests/data/tiny-clef/image_cases.json, parsed once per test program.
+inline const JsonValue& tiny_image_cases() {
+    static const JsonValue doc =
+        parse_json_or_throw(read_file(data_path("tiny-clef/image_cases.json")), "image_cases.json");
+    return *doc.find("cases");
+}
+
 // Same kinds, same keys in the same order, strings exact, numbers within tol.
 inline void expect_json_near(const JsonValue& got, const JsonValue& want, double tol, const std::string& path) {
     if (want.is_number()) {

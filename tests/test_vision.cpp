@@ -18,6 +18,7 @@
 #include "model/config.h"
 #include "model/vision.h"
 #include "util/json.h"
+#include "test_util.h"
 
 using namespace clef;
 
@@ -26,19 +27,9 @@ namespace {
 const std::string kModel = std::string(CLEF_TEST_DATA) + "/tiny-clef";
 constexpr double kTol = 1e-4;
 
-std::string read_file(const std::string& p) {
-    std::ifstream f(p, std::ios::binary);
-    if (!f) throw std::runtime_error("cannot open " + p);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
+using clef::testing::read_file;
 
-const JsonValue& image_cases() {
-    static const JsonValue doc =
-        parse_json_or_throw(read_file(kModel + "/image_cases.json"), "image_cases.json");
-    return *doc.find("cases");
-}
+const JsonValue& image_cases() { return clef::testing::tiny_image_cases(); }
 
 const JsonValue& probe() {
     static const JsonValue doc =
