@@ -313,20 +313,22 @@ TEST(Server, Metrics) {
     post("garbage");
     auto c = shared_server().client();
     // Requests are counted by the server after their response is written, so the last one may still be on its way.
-    httplib::Result r;
+    std::string body;
     for (int i = 0; i < 500; ++i) {
-        r = c.Get("/metrics");
-        ASSERT_EQ(r->status, 200);
-        if (r->body.find("clef_requests_total{route=\"/v1/systemone\",status=\"400\"}") != std::string::npos) break;
+        auto m = c.Get("/metrics");
+        ASSERT_TRUE(m);
+        ASSERT_EQ(m->status, 200);
+        body = m->body;
+        if (body.find("clef_requests_total{route=\"/v1/systemone\",status=\"400\"}") != std::string::npos) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    EXPECT_NE(r->body.find("clef_requests_total{route=\"/v1/systemone\",status=\"200\"}"), std::string::npos);
-    EXPECT_NE(r->body.find("clef_requests_total{route=\"/v1/systemone\",status=\"400\"}"), std::string::npos);
-    EXPECT_NE(r->body.find("clef_request_duration_seconds_bucket{le=\"+Inf\"}"), std::string::npos);
-    EXPECT_NE(r->body.find("clef_prompt_tokens_total "), std::string::npos);
-    EXPECT_NE(r->body.find("clef_queue_depth 0"), std::string::npos);
-    EXPECT_NE(r->body.find("clef_model_load_seconds "), std::string::npos);
-    EXPECT_NE(r->body.find("clef_ready 1"), std::string::npos);
+    EXPECT_NE(body.find("clef_requests_total{route=\"/v1/systemone\",status=\"200\"}"), std::string::npos);
+    EXPECT_NE(body.find("clef_requests_total{route=\"/v1/systemone\",status=\"400\"}"), std::string::npos);
+    EXPECT_NE(body.find("clef_request_duration_seconds_bucket{le=\"+Inf\"}"), std::string::npos);
+    EXPECT_NE(body.find("clef_prompt_tokens_total "), std::string::npos);
+    EXPECT_NE(body.find("clef_queue_depth 0"), std::string::npos);
+    EXPECT_NE(body.find("clef_model_load_seconds "), std::string::npos);
+    EXPECT_NE(body.find("clef_ready 1"), std::string::npos);
 }
 
 TEST(Server, StopFinishesInFlightRequests) {
