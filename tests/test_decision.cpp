@@ -46,16 +46,9 @@ std::vector<int32_t> ids_of(const JsonValue& arr) {
     return v;
 }
 
-std::pair<int, int> span_of(const JsonValue& arr) {
-    return {static_cast<int>(arr.items()[0].as_int64()), static_cast<int>(arr.items()[1].as_int64())};
-}
-
 using clef::testing::expect_json_near;
-
-bool parse_case_request(const JsonValue& c, DecisionRequest& req, std::vector<RequestError>& errors) {
-    JsonValue body = parse_json_or_throw(c.find("request_body")->as_string(), name_of(c));
-    return parse_request(body, req, errors);
-}
+using clef::testing::parse_case_request;
+using clef::testing::span_of;
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "decision/request.h"
 #include "util/json.h"
 
 namespace clef::testing {
@@ -41,6 +42,17 @@ inline const JsonValue& tiny_image_cases() {
     static const JsonValue doc =
         parse_json_or_throw(read_file(data_path("tiny-clef/image_cases.json")), "image_cases.json");
     return *doc.find("cases");
+}
+
+// A [begin, end) pair from the fixture's JSON.
+inline std::pair<int, int> span_of(const JsonValue& arr) {
+    return {static_cast<int>(arr.items()[0].as_int64()), static_cast<int>(arr.items()[1].as_int64())};
+}
+
+// Parses a fixture case's request_body (the json.dumps text) and validates it.
+inline bool parse_case_request(const JsonValue& c, DecisionRequest& req, std::vector<RequestError>& errors) {
+    JsonValue body = parse_json_or_throw(c.find("request_body")->as_string(), c.find("name")->as_string());
+    return parse_request(body, req, errors);
 }
 
 // Same kinds, same keys in the same order, strings exact, numbers within tol.
