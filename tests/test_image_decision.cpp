@@ -27,6 +27,7 @@
 #include "tokenizer/tokenizer.h"
 #include "util/json.h"
 #include "test_util.h"
+#include "test_server_util.h"
 
 using namespace clef;
 
@@ -282,36 +283,7 @@ TEST(ImageDecision, RequestValidationOfImages) {
 
 namespace {
 
-class Running {
-public:
-    explicit Running(ServerOptions opt) {
-        opt.host = "127.0.0.1";
-        opt.port = 0;
-        server_ = std::make_unique<Server>(opt, [] { return Engine::load(kModel); });
-        if (!server_->bind()) throw std::runtime_error(server_->error());
-        thread_ = std::thread([this] { server_->run(); });
-        for (int i = 0; i < 4000 && !server_->ready(); ++i)
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        if (!server_->ready()) {
-            server_->stop();
-            thread_.join();
-            throw std::runtime_error("server not ready: " + server_->error());
-        }
-    }
-    ~Running() {
-        server_->stop();
-        thread_.join();
-    }
-    httplib::Client client() const {
-        httplib::Client c("127.0.0.1", server_->port());
-        c.set_read_timeout(60, 0);
-        return c;
-    }
-
-private:
-    std::unique_ptr<Server> server_;
-    std::thread thread_;
-};
+using Running = clef::testing::RunningServer;
 
 Running& server() {
     static Running r([] {

@@ -1,0 +1,50 @@
+// An in-process `clef serve` on a free loopback port with the tiny fixture model, for the server tests.
+#pragma once
+
+#include <httplib.h>
+
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+
+#include "decision/engine.h"
+#include "server/server.h"
+#include "test_util.h"
+
+namespace clef::testing {
+
+class RunningServer {
+public:
+    explicit RunningServer(ServerOptions opt) {
+        opt.host = "127.0.0.1";
+        opt.port = 0;
+        const std::string model = data_path("tiny-clef");
+        server_ = std::make_unique<Server>(opt, [model] { return Engine::load(model); });
+        if (!server_->bind()) throw std::runtime_error(server_->error());
+        thread_ = std::thread([this] { server_->run(); });
+        for (int i = 0; i < 4000 && !server_->ready(); ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        if (!server_->ready()) {
+            server_->stop();
+            thread_.join();
+            throw std::runtime_error("server not ready: " + server_->error());
+        }
+    }
+    ~RunningServer() {
+        server_->stop();
+        thread_.join();
+    }
+    httplib::Client client() const {
+        httplib::Client c("127.0.0.1", server_->port());
+        c.set_read_timeout(600, 0);  // a loaded CI machine can be slow; a hang still fails the test
+        return c;
+    }
+    Server& server() { return *server_; }
+
+private:
+    std::unique_ptr<Server> server_;
+    std::thread thread_;
+};
+
+}  // namespace clef::testing
