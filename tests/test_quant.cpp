@@ -159,6 +159,98 @@ TEST(Quant, RandomBlocksMatchPerValueDecoder) {
     }
 }
 
+// The AVX-512 dequantisers (Q8_0, Q4_K, Q5_K, Q6_K) against the scalar loops, bit for bit: many random blocks
+// (scales of every magnitude, including fp16 inf / NaN and subnormals), an odd source address, fp32 and bf16.
+TEST(Quant, SimdMatchesScalar) {
+    if (!quant_simd_available()) GTEST_SKIP() << "no AVX-512 on this CPU";
+    std::mt19937 rng(23);
+    const float specials[] = {INFINITY, -INFINITY, NAN, 6e-8f, -3e-5f, 65504.f, 0.f};
+    for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+        const GgmlTypeTraits tt = ggml_type_traits(static_cast<uint32_t>(t));
+        SCOPED_TRACE(tt.name);
+        const int nblocks = 96;
+        std::vector<uint8_t> storage(nblocks * tt.type_size + 1);
+        uint8_t* bytes = storage.data() + 1;  // odd address: the kernels must not assume alignment
+        for (auto& x : storage) x = static_cast<uint8_t>(rng());
+        for (int b = 0; b < nblocks; ++b)
+            for (int off : half_fields(t)) {
+                const float v = b < 7 ? specials[b] : std::ldexp(static_cast<float>(rng() % 2000) - 1000.f,
+                                                                 static_cast<int>(rng() % 30) - 25);
+                const uint16_t h16 = f32_to_f16(v);
+                std::memcpy(bytes + b * tt.type_size + off, &h16, 2);
+            }
+        const int n = nblocks * static_cast<int>(tt.block_size);
+        std::vector<float> ref(n), fast(n), scalar(n);
+        std::vector<uint16_t> bf_fast(n), bf_scalar(n);
+        dequantize_ref(t, bytes, ref.data(), n);
+        dequantize_row_f32(t, bytes, fast.data(), n);
+        dequantize_row_bf16(t, bytes, bf_fast.data(), n);
+        set_quant_simd(false);
+        dequantize_row_f32(t, bytes, scalar.data(), n);
+        dequantize_row_bf16(t, bytes, bf_scalar.data(), n);
+        set_quant_simd(true);
+        auto bits = [](float v) {
+            uint32_t u;
+            std::memcpy(&u, &v, 4);
+            return u;
+        };
+        for (int i = 0; i < n; ++i) {
+            ASSERT_EQ(bits(fast[i]), bits(ref[i])) << i << ": " << fast[i] << " vs " << ref[i];
+            ASSERT_EQ(bits(scalar[i]), bits(ref[i])) << i;
+            ASSERT_EQ(bf_fast[i], f32_to_bf16(ref[i])) << i;
+            ASSERT_EQ(bf_scalar[i], bf_fast[i]) << i;
+        }
+    }
+}
+
+// QuantMatrix: rows through the row and column-group maps equal the permuted rows of the whole dequantised
+// matrix; bad maps and rows are refused.
+TEST(Quant, QuantMatrixMaps) {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    const int64_t rows = 6, cols = 64;
+    std::vector<float> x(rows * cols);
+    for (auto& v : x) v = nd(rng);
+    const GgmlTypeTraits tt = ggml_type_traits(static_cast<uint32_t>(GgmlType::Q8_0));
+    std::vector<uint8_t> q(rows * ggml_row_bytes(tt, cols));
+    quantize_row(GgmlType::Q8_0, x.data(), q.data(), rows * cols);
+    std::vector<float> all(rows * cols);
+    dequantize_ref(GgmlType::Q8_0, q.data(), all.data(), rows * cols);
+
+    QuantMatrix m;
+    m.type = GgmlType::Q8_0;
+    m.data = q.data();
+    m.rows = rows;
+    m.cols = cols;
+    m.row_map = {5, 0, 1, 2, 3, 4};
+    m.col_group = 16;
+    m.col_map = {2, 0, 3, 1};
+    m.validate("m");
+    std::vector<float> row(cols);
+    std::vector<uint16_t> row16(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+        m.row_f32(r, row.data());
+        m.row_bf16(r, row16.data());
+        for (int64_t c = 0; c < cols; ++c) {
+            const float want = all[m.row_map[r] * cols + m.col_map[c / 16] * 16 + c % 16];
+            ASSERT_EQ(row[c], want) << r << "," << c;
+            ASSERT_EQ(row16[c], f32_to_bf16(want)) << r << "," << c;
+        }
+    }
+    EXPECT_THROW(m.row_f32(rows, row.data()), Error);
+    EXPECT_THROW(m.row_f32(-1, row.data()), Error);
+    QuantMatrix bad = m;
+    bad.row_map = {0, 0, 1, 2, 3, 4};
+    EXPECT_THROW(bad.validate("bad"), Error);
+    bad = m;
+    bad.col_group = 8;
+    EXPECT_THROW(bad.validate("bad"), Error);
+    bad = m;
+    bad.cols = 48;  // not whole q8_0 blocks of 32
+    bad.col_map.clear();
+    EXPECT_THROW(bad.validate("bad"), Error);
+}
+
 TEST(Quant, HandBuiltBlocks) {
     // Q8_0: d = 0.5, q = [-127, 3, 0, ...] -> -63.5, 1.5, 0.
     {

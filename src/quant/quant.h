@@ -17,7 +17,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace clef {
 
@@ -72,6 +75,11 @@ inline uint64_t ggml_row_bytes(const GgmlTypeTraits& t, uint64_t n) {
     return n / t.block_size * t.type_size;
 }
 
+// AVX-512 dequantisation is used for Q8_0, Q4_K, Q5_K and Q6_K when the CPU has it (the other types take the
+// scalar path); false forces the scalar path (tests compare both).
+bool quant_simd_available();
+void set_quant_simd(bool enabled);
+
 // Scalar reference: dequantises n values (n a multiple of the block size) of a supported type to fp32.
 // Throws clef::Error for unsupported types or a bad n.
 void dequantize_ref(GgmlType type, const void* src, float* dst, int64_t n);
@@ -79,6 +87,31 @@ void dequantize_ref(GgmlType type, const void* src, float* dst, int64_t n);
 void dequantize_row_f32(GgmlType type, const void* src, float* dst, int64_t n);
 // Row dequantisation to bf16 (round to nearest even of the fp32 values).
 void dequantize_row_bf16(GgmlType type, const void* src, uint16_t* dst, int64_t n);
+
+// A row-major matrix [rows][cols] stored in a ggml type (typically a quantised GGUF tensor), read row by row so
+// that it is never converted as a whole. Optional index maps reorder it on the fly (GGUF tiles value heads
+// where Hugging Face groups them): logical row r is stored row row_map[r]; with col_group > 0, logical column
+// group g (col_group consecutive columns) is stored group col_map[g]. owner keeps the storage (the mapping)
+// alive.
+struct QuantMatrix {
+    GgmlType type = GgmlType::F32;
+    const unsigned char* data = nullptr;
+    int64_t rows = 0, cols = 0;
+    std::vector<int64_t> row_map;  // empty: identity
+    int64_t col_group = 0;
+    std::vector<int64_t> col_map;  // empty: identity
+    std::shared_ptr<const void> owner;
+
+    uint64_t row_bytes() const { return ggml_row_bytes(ggml_type_traits(static_cast<uint32_t>(type)), cols); }
+    // Logical row r as fp32 / bf16 (cols values). Throws clef::Error for r outside [0, rows).
+    void row_f32(int64_t r, float* dst) const;
+    void row_bf16(int64_t r, uint16_t* dst) const;
+    // Checks type, sizes and maps (clef::Error naming `what`).
+    void validate(const std::string& what) const;
+};
+
+// Matrices kept outside a Checkpoint (a GGUF model's quantised weights), by Hugging Face tensor name.
+using QuantTensors = std::map<std::string, QuantMatrix, std::less<>>;
 
 // Quantises n values (a multiple of the block size) to one of the types clef writes: F32, F16, BF16, Q4_0,
 // Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K. dst must hold ggml_row_bytes(traits, n) bytes.
