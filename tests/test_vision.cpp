@@ -1,6 +1,8 @@
 // The vision tower and merger against the float64 reference (tests/data/tiny-clef): vision_probe.json stage
 // by stage (patch embedding, interpolated position embedding, 2-D rotary tables, every block's internals,
-// merger), and every image's merger output in image_cases.json, within 1e-4.
+// merger), and every image's merger output in image_cases.json, within 1e-4, on the fast (default) path. The
+// fast path against the scalar reference path (the oracle) stage by stage, on every fixture image and on a
+// two-frame input, within 1e-5.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,8 +19,8 @@
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/vision.h"
-#include "util/json.h"
 #include "test_util.h"
+#include "util/json.h"
 
 using namespace clef;
 
@@ -26,10 +28,14 @@ namespace {
 
 const std::string kModel = std::string(CLEF_TEST_DATA) + "/tiny-clef";
 constexpr double kTol = 1e-4;
+// Fast (packed, Exact) vs reference path: both fp32-accurate, so they agree far below the fixture tolerance.
+constexpr double kFastTol = 1e-5;
 
 using clef::testing::read_file;
 
-const JsonValue& image_cases() { return clef::testing::tiny_image_cases(); }
+const JsonValue& image_cases() {
+    return clef::testing::tiny_image_cases();
+}
 
 const JsonValue& probe() {
     static const JsonValue doc =
@@ -42,11 +48,35 @@ const ImageProcessorConfig& processor() {
     return c;
 }
 
-const VisionTower& tower() {
+const ModelConfig& model_config() {
     static const ModelConfig cfg = load_model_config(kModel + "/config.json");
+    return cfg;
+}
+
+const Checkpoint& checkpoint() {
     static const Checkpoint ckpt = Checkpoint::open(kModel + "/model.safetensors");
-    static const VisionTower t(*cfg.vision, ckpt);
+    return ckpt;
+}
+
+// The fast path (the default, what the engine loads).
+const VisionTower& tower() {
+    static const VisionTower t(*model_config().vision, checkpoint());
     return t;
+}
+
+// The scalar reference path (the oracle).
+const VisionTower& reference_tower() {
+    static const VisionTower t(*model_config().vision, checkpoint(), "model.visual.", /*reference=*/true);
+    return t;
+}
+
+// Max |a - b| over two equally long vectors.
+double max_diff(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+    EXPECT_EQ(a.size(), b.size()) << what;
+    if (a.size() != b.size() || a.empty()) return INFINITY;
+    double m = 0;
+    for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(static_cast<double>(a[i]) - b[i]));
+    return m;
 }
 
 void flatten(const JsonValue& v, std::vector<double>& out) {
@@ -206,4 +236,98 @@ TEST(Vision, EveryImageOutputWithinTolerance) {
     }
     EXPECT_EQ(n, 7);
     std::printf("  worst vision_output max |diff| over %d images: %.3g\n", n, worst);
+}
+
+TEST(Vision, FastPathMatchesTheReferenceStageByStage) {
+    EXPECT_FALSE(tower().reference());
+    EXPECT_TRUE(reference_tower().reference());
+    double worst = 0;
+    int n = 0;
+    for (const auto& c : image_cases().items()) {
+        const JsonValue* imgs = c.find("images");
+        if (!imgs) continue;
+        const auto& req_images = c.find("request")->find("images")->items();
+        for (const auto& im : imgs->items()) {
+            const std::string what = c.find("name")->as_string() + " " + im.find("file")->as_string();
+            const ProcessedImage img =
+                process_request_image(req_images[static_cast<size_t>(im.find("index")->as_int64())]);
+            const std::vector<float> pv = pixel_values(img, processor());
+            VisionTrace fast, ref;
+            const std::vector<float> out_fast =
+                tower().forward(pv.data(), img.grid_t, img.grid_h, img.grid_w, &fast);
+            const std::vector<float> out_ref =
+                reference_tower().forward(pv.data(), img.grid_t, img.grid_h, img.grid_w, &ref);
+            auto check = [&](const std::vector<float>& a, const std::vector<float>& b,
+                             const std::string& stage) {
+                const double d = max_diff(a, b, what + " " + stage);
+                EXPECT_LE(d, kFastTol) << what << " " << stage;
+                worst = std::max(worst, d);
+            };
+            check(fast.patch_embed, ref.patch_embed, "patch_embed");
+            check(fast.embeddings, ref.embeddings, "embeddings");
+            ASSERT_EQ(fast.blocks.size(), ref.blocks.size());
+            for (size_t l = 0; l < ref.blocks.size(); ++l) {
+                const std::string p = "blocks." + std::to_string(l) + ".";
+                check(fast.blocks[l].norm1, ref.blocks[l].norm1, p + "norm1");
+                check(fast.blocks[l].q_rope, ref.blocks[l].q_rope, p + "q_rope");
+                check(fast.blocks[l].k_rope, ref.blocks[l].k_rope, p + "k_rope");
+                check(fast.blocks[l].v, ref.blocks[l].v, p + "v");
+                check(fast.blocks[l].attn, ref.blocks[l].attn, p + "attn");
+                check(fast.blocks[l].attn_out, ref.blocks[l].attn_out, p + "attn_out");
+                check(fast.blocks[l].mlp_out, ref.blocks[l].mlp_out, p + "mlp_out");
+                check(fast.blocks[l].block_out, ref.blocks[l].block_out, p + "block_out");
+            }
+            check(fast.merger_fc1_gelu, ref.merger_fc1_gelu, "merger_fc1_gelu");
+            check(out_fast, out_ref, "merged");
+            ++n;
+        }
+    }
+    EXPECT_EQ(n, 7);
+    std::printf("  fast vs reference: worst max |diff| over %d images, every stage: %.3g\n", n, worst);
+}
+
+TEST(Vision, FastPathMatchesTheReferenceOnTwoFrames) {
+    // grid_t = 2 (a two-frame video input): attention stays within each frame on both paths.
+    const int grid_t = 2, grid_h = 6, grid_w = 4;
+    const int64_t rows = int64_t{grid_t} * grid_h * grid_w;
+    std::vector<float> pv(static_cast<size_t>(rows * tower().patch_dim()));
+    for (size_t i = 0; i < pv.size(); ++i) pv[i] = std::sin(0.013f * static_cast<float>(i * i % 9973));
+    const std::vector<float> fast = tower().forward(pv.data(), grid_t, grid_h, grid_w);
+    const std::vector<float> ref = reference_tower().forward(pv.data(), grid_t, grid_h, grid_w);
+    ASSERT_EQ(fast.size(), static_cast<size_t>(rows / 4 * model_config().vision->out_hidden_size));
+    EXPECT_LE(max_diff(fast, ref, "two frames"), kFastTol);
+    // Frames do not attend to each other: the second frame run alone reproduces the second half.
+    const std::vector<float> second = reference_tower().forward(pv.data() + pv.size() / 2, 1, grid_h, grid_w);
+    ASSERT_EQ(second.size() * 2, fast.size());
+    const std::vector<float> tail(fast.begin() + static_cast<std::ptrdiff_t>(second.size()), fast.end());
+    EXPECT_LE(max_diff(tail, second, "second frame alone"), kFastTol);
+}
+
+TEST(Vision, FastPathMatchesTheReferenceForOtherHeadDims) {
+    // The weights' shapes do not depend on num_heads: the tiny checkpoint loads with 1, 4 or 8 heads
+    // (head_dim 32, 8, 4), which exercises the attention products' partial register blocks (Clef-Flash:
+    // head_dim 72).
+    const ProcessedImage img =
+        process_request_image(image_cases().items()[0].find("request")->find("images")->items()[0]);
+    const std::vector<float> pv = pixel_values(img, processor());
+    for (int heads : {1, 4, 8}) {
+        VisionConfig c = *model_config().vision;
+        c.num_heads = heads;
+        const VisionTower fast(c, checkpoint());
+        const VisionTower ref(c, checkpoint(), "model.visual.", /*reference=*/true);
+        const std::vector<float> a = fast.forward(pv.data(), img.grid_t, img.grid_h, img.grid_w);
+        const std::vector<float> b = ref.forward(pv.data(), img.grid_t, img.grid_h, img.grid_w);
+        EXPECT_LE(max_diff(a, b, std::to_string(heads) + " heads"), kFastTol) << heads << " heads";
+    }
+}
+
+TEST(Vision, FlopsCountTheProjectionsAttentionAndMerger) {
+    // Hand count for the tiny tower (hidden 32, MLP 48, depth 2, patch_dim 1536, out 64) on one 4x4 frame.
+    const VisionConfig& c = *model_config().vision;
+    const double N = 16, H = 32, I = 48;
+    const double block = 2 * N * H * 96 + 2 * N * H * H + 4 * N * N * H + 4 * N * H * I;
+    const double want = 2 * N * 1536 * H + 2 * block + 2 * 4 * 128 * 128 + 2 * 4 * 128 * 64;
+    EXPECT_DOUBLE_EQ(vision_flops(c, 1, 4, 4), want);
+    // Two frames: twice the per-patch work, attention within each frame only.
+    EXPECT_DOUBLE_EQ(vision_flops(c, 2, 4, 4), 2 * want);
 }

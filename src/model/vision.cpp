@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "io/model_dir.h"
 #include "ops/basic.h"
+#include "ops/cpu.h"
+#include "ops/gemm.h"
 #include "ops/rope.h"
 #include "util/error.h"
 
@@ -12,9 +15,10 @@ namespace clef {
 
 namespace {
 
-constexpr float kNormEps = 1e-6f;       // every vision LayerNorm (blocks and merger)
-constexpr double kRopeTheta = 10000.0;  // VisionRotaryEmbedding's default; not in vision_config
-constexpr int64_t kMlpRowChunk = 2048;  // rows per MLP slice (bounds the [rows][intermediate] buffer)
+constexpr float kNormEps = 1e-6f;            // every vision LayerNorm (blocks and merger)
+constexpr double kRopeTheta = 10000.0;       // VisionRotaryEmbedding's default; not in vision_config
+constexpr int64_t kMlpRowChunk = 2048;       // rows per MLP slice (bounds the [rows][intermediate] buffer)
+constexpr int64_t kParallelElems = 1 << 15;  // elementwise work below which the fast path stays on one thread
 
 std::string shape_str(const std::vector<int64_t>& s) {
     std::string out = "[";
@@ -22,19 +26,46 @@ std::string shape_str(const std::vector<int64_t>& s) {
     return out + "]";
 }
 
-std::vector<float> load(const Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape) {
+const TensorView& checked(const Checkpoint& ckpt, const std::string& name,
+                          const std::vector<int64_t>& shape) {
     const TensorView& t = ckpt.get(name);
     if (t.shape != shape)
         throw Error(ckpt.description() + ": tensor " + name + " has shape " + shape_str(t.shape) +
                     ", expected " + shape_str(shape) + " (from vision_config)");
-    return t.to_f32();
+    return t;
 }
 
-VisionTower::Linear load_linear(const Checkpoint& ckpt, const std::string& name, int64_t out, int64_t in) {
-    VisionTower::Linear l;
+std::vector<float> load(const Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape) {
+    return checked(ckpt, name, shape).to_f32();
+}
+
+// The weight `name` (shape `shape`, viewed as [out][in]) into l: fp32 for the reference path; packed for the
+// fast path, from the mapped BF16/F16 bytes as they are (exact in the packed kernels) or through a temporary
+// fp32 copy for other dtypes.
+void load_weight(const Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape,
+                 int64_t out, int64_t in, bool reference, VisionTower::Linear& l) {
     l.in = in;
     l.out = out;
-    l.weight = load(ckpt, name + ".weight", {out, in});
+    const TensorView& t = checked(ckpt, name, shape);
+    if (reference) {
+        l.weight = t.to_f32();
+        return;
+    }
+    const bool aligned16 = reinterpret_cast<uintptr_t>(t.data) % alignof(uint16_t) == 0;
+    if (t.dtype == DType::BF16 && aligned16) {
+        l.packed = ops::PackedLinear({t.data, ops::WeightType::BF16}, out, in);
+    } else if (t.dtype == DType::F16 && aligned16) {
+        l.packed = ops::PackedLinear({t.data, ops::WeightType::F16}, out, in);
+    } else {
+        const std::vector<float> w = t.to_f32();
+        l.packed = ops::PackedLinear({w.data(), ops::WeightType::F32}, out, in);
+    }
+}
+
+VisionTower::Linear load_linear(const Checkpoint& ckpt, const std::string& name, int64_t out, int64_t in,
+                                bool reference) {
+    VisionTower::Linear l;
+    load_weight(ckpt, name + ".weight", {out, in}, out, in, reference, l);
     l.bias = load(ckpt, name + ".bias", {out});
     return l;
 }
@@ -113,7 +144,109 @@ void add_inplace(float* x, const float* y, size_t n) {
     for (size_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+// f(r0, r1) over `rows` rows of `width` elements: on the fast path in row blocks on the kernel threads (every
+// row computed exactly as in one call, so the result does not depend on the thread count), else in one call.
+template <class F>
+void for_row_blocks(bool fast, int64_t rows, int64_t width, const F& f) {
+    if (!fast || rows * width < kParallelElems || ops::num_threads() <= 1) {
+        f(int64_t{0}, rows);
+        return;
+    }
+    const int64_t blocks = std::min<int64_t>(rows, 8 * ops::num_threads());
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) f(rows * b / blocks, rows * (b + 1) / blocks);
+}
+
+// gelu_tanh(x) = 0.5·x·(1 + tanh(u)) = x·sigmoid(2u) = x / (1 + exp(-2u)), u = sqrt(2/π)·(x + 0.044715·x³),
+// with the polynomial exp of the fast kernels (~2 ulp); the exponent is capped where the result is 0 anyway.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "default")))
+#endif
+void gelu_tanh_span(float* x, int64_t n) {
+    constexpr float kMinus2C = -1.5957691216057307f;  // -2·sqrt(2/π)
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = x[i];
+        x[i] = v / (1.f + ops::exp_poly(std::min(kMinus2C * (v + 0.044715f * v * v * v), 80.f)));
+    }
+}
+
+// softmax_inplace of one row of scores in fp32 throughout (vector partial sums of terms in (0, 1]; ~1e-6
+// relative for rows of a few thousand keys): ops::softmax_inplace_fast's double sum vectorises poorly, and
+// this runs on heads x rows² scores per block.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "default")))
+#endif
+void softmax_row(float* x, int64_t n) {
+    float mx = x[0];
+#pragma omp simd reduction(max : mx)
+    for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+    float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = ops::exp_poly(x[i] - mx);
+        sum += x[i];
+    }
+    const float inv = 1.f / sum;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+// Bidirectional attention of one frame on the fast path: qkv [rows][q | k | v] (heads x hd each) -> out
+// [rows][heads x hd], the reference's arithmetic (scores, softmax over all keys, weighted sum of V) in blocks
+// of kQueryBlock queries of one head: S = scale·Q·Kᵀ and O = P·V as ops::small_gemm_acc products (AVX-512
+// register blocks, any head dim), the rows of S through softmax_row. Blocks run on the kernel threads; S is
+// kQueryBlock x rows per thread. kt is scratch for Kᵀ ([heads][hd][rows]), reused across calls.
+void frame_attention_fast(const float* qkv, int64_t rows, int64_t heads, int64_t hd, float scale, float* out,
+                          std::vector<float>& kt) {
+    constexpr int64_t kQueryBlock = 32;
+    const int64_t H = heads * hd, ld = 3 * H;
+    kt.resize(static_cast<size_t>(H * rows));
+    ops::num_threads();  // applies the global thread setting to this thread
+    const bool par = rows * rows * H > (int64_t{1} << 16);
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t c = 0; c < H; ++c)  // column c of K (head c / hd, dim c % hd) becomes row c of Kᵀ
+        for (int64_t r = 0; r < rows; ++r) kt[static_cast<size_t>(c * rows + r)] = qkv[r * ld + H + c];
+    const int64_t blocks = (rows + kQueryBlock - 1) / kQueryBlock;
+#pragma omp parallel if (par)
+    {
+        std::vector<float> sc(static_cast<size_t>(kQueryBlock * rows));
+#pragma omp for collapse(2) schedule(dynamic)
+        for (int64_t h = 0; h < heads; ++h)
+            for (int64_t b = 0; b < blocks; ++b) {
+                const int64_t i0 = b * kQueryBlock, m = std::min(kQueryBlock, rows - i0);
+                std::fill_n(sc.data(), m * rows, 0.f);
+                ops::small_gemm_acc(m, rows, hd, scale, qkv + i0 * ld + h * hd, ld, kt.data() + h * hd * rows,
+                                    rows, sc.data(), rows);
+                for (int64_t i = 0; i < m; ++i) softmax_row(sc.data() + i * rows, rows);
+                float* o = out + i0 * H + h * hd;
+                for (int64_t i = 0; i < m; ++i) std::fill_n(o + i * H, hd, 0.f);
+                ops::small_gemm_acc(m, hd, rows, 1.f, sc.data(), rows, qkv + 2 * H + h * hd, ld, o, H);
+            }
+    }
+}
+
 }  // namespace
+
+void VisionTower::apply(const Linear& l, const float* x, int64_t rows, float* y) const {
+    if (rows == 0) return;
+    if (reference_)
+        linear(x, rows, l, y);
+    else
+        l.packed.forward(x, rows, y, ops::Precision::Exact, l.bias.empty() ? nullptr : l.bias.data());
+}
+
+double vision_flops(const VisionConfig& c, int64_t grid_t, int64_t grid_h, int64_t grid_w) {
+    const double frame = static_cast<double>(grid_h) * static_cast<double>(grid_w);
+    const double N = frame * static_cast<double>(grid_t);
+    const double H = c.hidden_size, I = c.intermediate_size, O = c.out_hidden_size;
+    const double dim =
+        static_cast<double>(c.in_channels) * c.temporal_patch_size * c.patch_size * c.patch_size;
+    const double m2 = static_cast<double>(c.spatial_merge_size) * c.spatial_merge_size;
+    const double per_block = 2 * N * H * 3 * H + 2 * N * H * H + 4 * N * frame * H + 4 * N * H * I;
+    const double merger = 2 * (N / m2) * (m2 * H) * (m2 * H) + 2 * (N / m2) * (m2 * H) * O;
+    return 2 * N * dim * H + c.depth * per_block + merger;
+}
 
 void VisionTower::linear(const float* x, int64_t rows, const Linear& l, float* y) {
     const int64_t k = l.in, n = l.out;
@@ -142,8 +275,9 @@ bool VisionTower::in_model_dir(const std::string& model_dir) {
            in_checkpoint(Checkpoint::open(dir.weights_path));
 }
 
-VisionTower::VisionTower(const VisionConfig& cfg, const Checkpoint& ckpt, const std::string& prefix)
-    : cfg_(cfg) {
+VisionTower::VisionTower(const VisionConfig& cfg, const Checkpoint& ckpt, const std::string& prefix,
+                         bool reference)
+    : cfg_(cfg), reference_(reference) {
     auto fail = [](const std::string& what) { throw Error("vision config: " + what); };
     if (cfg.depth <= 0 || cfg.hidden_size <= 0 || cfg.num_heads <= 0 || cfg.intermediate_size <= 0 ||
         cfg.out_hidden_size <= 0 || cfg.patch_size <= 0 || cfg.temporal_patch_size <= 0 ||
@@ -164,10 +298,9 @@ VisionTower::VisionTower(const VisionConfig& cfg, const Checkpoint& ckpt, const 
 
     const int64_t H = cfg.hidden_size, I = cfg.intermediate_size,
                   M2 = cfg.spatial_merge_size * cfg.spatial_merge_size;
-    patch_embed_.in = patch_dim();
-    patch_embed_.out = H;
-    patch_embed_.weight = load(ckpt, prefix + "patch_embed.proj.weight",
-                               {H, cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size, cfg.patch_size});
+    load_weight(ckpt, prefix + "patch_embed.proj.weight",
+                {H, cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size, cfg.patch_size}, H, patch_dim(),
+                reference, patch_embed_);
     patch_embed_.bias = load(ckpt, prefix + "patch_embed.proj.bias", {H});
     pos_embed_ = load(ckpt, prefix + "pos_embed.weight", {cfg.num_position_embeddings, H});
     blocks_.resize(static_cast<size_t>(cfg.depth));
@@ -178,15 +311,15 @@ VisionTower::VisionTower(const VisionConfig& cfg, const Checkpoint& ckpt, const 
         b.norm1.bias = load(ckpt, p + "norm1.bias", {H});
         b.norm2.weight = load(ckpt, p + "norm2.weight", {H});
         b.norm2.bias = load(ckpt, p + "norm2.bias", {H});
-        b.qkv = load_linear(ckpt, p + "attn.qkv", 3 * H, H);
-        b.proj = load_linear(ckpt, p + "attn.proj", H, H);
-        b.fc1 = load_linear(ckpt, p + "mlp.linear_fc1", I, H);
-        b.fc2 = load_linear(ckpt, p + "mlp.linear_fc2", H, I);
+        b.qkv = load_linear(ckpt, p + "attn.qkv", 3 * H, H, reference);
+        b.proj = load_linear(ckpt, p + "attn.proj", H, H, reference);
+        b.fc1 = load_linear(ckpt, p + "mlp.linear_fc1", I, H, reference);
+        b.fc2 = load_linear(ckpt, p + "mlp.linear_fc2", H, I, reference);
     }
     merger_norm_.weight = load(ckpt, prefix + "merger.norm.weight", {H});
     merger_norm_.bias = load(ckpt, prefix + "merger.norm.bias", {H});
-    merger_fc1_ = load_linear(ckpt, prefix + "merger.linear_fc1", M2 * H, M2 * H);
-    merger_fc2_ = load_linear(ckpt, prefix + "merger.linear_fc2", cfg.out_hidden_size, M2 * H);
+    merger_fc1_ = load_linear(ckpt, prefix + "merger.linear_fc1", M2 * H, M2 * H, reference);
+    merger_fc2_ = load_linear(ckpt, prefix + "merger.linear_fc2", cfg.out_hidden_size, M2 * H, reference);
 }
 
 std::vector<float> VisionTower::forward(const float* pixel_values, int grid_t, int grid_h, int grid_w,
@@ -200,10 +333,22 @@ std::vector<float> VisionTower::forward(const float* pixel_values, int grid_t, i
     const int64_t frame = static_cast<int64_t>(grid_h) * grid_w;
     const int64_t N = frame * grid_t;
     const size_t NH = static_cast<size_t>(N * H);
+    const bool fast = !reference_;
+    // The elementwise steps, row block by row block on the fast path (same arithmetic per row).
+    auto layer_norm = [&](const float* in, const LayerNormW& w, float* out) {
+        for_row_blocks(fast, N, H, [&](int64_t r0, int64_t r1) {
+            ops::layer_norm(in + r0 * H, r1 - r0, H, w.weight.data(), w.bias.data(), kNormEps, out + r0 * H);
+        });
+    };
+    auto add_rows = [&](float* acc, const float* y) {
+        for_row_blocks(fast, N, H, [&](int64_t r0, int64_t r1) {
+            add_inplace(acc + r0 * H, y + r0 * H, static_cast<size_t>((r1 - r0) * H));
+        });
+    };
 
     // 1. Patch embedding.
     std::vector<float> x(NH);
-    linear(pixel_values, N, patch_embed_, x.data());
+    apply(patch_embed_, pixel_values, N, x.data());
     if (trace) trace->patch_embed = x;
 
     // Patch coordinates in merge-block order (the same for every frame).
@@ -284,28 +429,34 @@ std::vector<float> VisionTower::forward(const float* pixel_values, int grid_t, i
     }
 
     // 4. Blocks.
-    std::vector<float> xn(NH), qkv(static_cast<size_t>(N * 3 * H)), attn(NH), tmp(NH);
+    std::vector<float> xn(NH), qkv(static_cast<size_t>(N * 3 * H)), attn(NH), tmp(NH), attn_scratch;
     const int64_t I = cfg_.intermediate_size;
     std::vector<float> mid(static_cast<size_t>(std::min<int64_t>(N, kMlpRowChunk) * I));
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     if (trace) trace->blocks.assign(blocks_.size(), {});
     for (size_t l = 0; l < blocks_.size(); ++l) {
         const Block& b = blocks_[l];
-        ops::layer_norm(x.data(), N, H, b.norm1.weight.data(), b.norm1.bias.data(), kNormEps, xn.data());
-        linear(xn.data(), N, b.qkv, qkv.data());
-        // q and k rotate in place inside the packed [q | k | v] rows.
-        ops::rope_apply(qkv.data(), N, static_cast<int>(heads), static_cast<int>(hd), 3 * H,
-                        static_cast<int>(hd), cos_t.data(), sin_t.data());
-        ops::rope_apply(qkv.data() + H, N, static_cast<int>(heads), static_cast<int>(hd), 3 * H,
-                        static_cast<int>(hd), cos_t.data(), sin_t.data());
+        layer_norm(x.data(), b.norm1, xn.data());
+        apply(b.qkv, xn.data(), N, qkv.data());
+        // q and k rotate in place inside the packed [q | k | v] rows (q and k heads are adjacent: 2·heads
+        // heads of hd per row).
+        for_row_blocks(fast, N, 2 * H, [&](int64_t r0, int64_t r1) {
+            ops::rope_apply(qkv.data() + r0 * 3 * H, r1 - r0, static_cast<int>(2 * heads),
+                            static_cast<int>(hd), 3 * H, static_cast<int>(hd), cos_t.data() + r0 * half,
+                            sin_t.data() + r0 * half);
+        });
         // Bidirectional attention within each frame of the image.
         for (int64_t t = 0; t < grid_t; ++t) {
             const float* base = qkv.data() + t * frame * 3 * H;
-            ops::attention(base, 3 * H, base + H, 3 * H, base + 2 * H, 3 * H, frame, frame,
-                           static_cast<int>(heads), static_cast<int>(heads), static_cast<int>(hd), scale,
-                           false, attn.data() + t * frame * H, H);
+            if (fast)
+                frame_attention_fast(base, frame, heads, hd, scale, attn.data() + t * frame * H,
+                                     attn_scratch);
+            else
+                ops::attention(base, 3 * H, base + H, 3 * H, base + 2 * H, 3 * H, frame, frame,
+                               static_cast<int>(heads), static_cast<int>(heads), static_cast<int>(hd), scale,
+                               false, attn.data() + t * frame * H, H);
         }
-        linear(attn.data(), N, b.proj, tmp.data());
+        apply(b.proj, attn.data(), N, tmp.data());
         if (trace) {
             VisionTrace::Block& tb = trace->blocks[l];
             tb.norm1 = xn;
@@ -320,19 +471,25 @@ std::vector<float> VisionTower::forward(const float* pixel_values, int grid_t, i
             tb.attn = attn;
             tb.attn_out = tmp;
         }
-        add_inplace(x.data(), tmp.data(), NH);
+        add_rows(x.data(), tmp.data());
 
-        ops::layer_norm(x.data(), N, H, b.norm2.weight.data(), b.norm2.bias.data(), kNormEps, xn.data());
+        layer_norm(x.data(), b.norm2, xn.data());
         for (int64_t r0 = 0; r0 < N; r0 += kMlpRowChunk) {
             const int64_t rn = std::min(kMlpRowChunk, N - r0);
-            linear(xn.data() + r0 * H, rn, b.fc1, mid.data());
-            if (act_tanh_)
-                ops::gelu_tanh_inplace(mid.data(), rn * I);
-            else
-                ops::gelu_erf_inplace(mid.data(), rn * I);
-            linear(mid.data(), rn, b.fc2, tmp.data() + r0 * H);
+            apply(b.fc1, xn.data() + r0 * H, rn, mid.data());
+            for_row_blocks(fast, rn, I, [&](int64_t i0, int64_t i1) {
+                float* p = mid.data() + i0 * I;
+                const int64_t n = (i1 - i0) * I;
+                if (!act_tanh_)
+                    ops::gelu_erf_inplace(p, n);
+                else if (fast)
+                    gelu_tanh_span(p, n);
+                else
+                    ops::gelu_tanh_inplace(p, n);
+            });
+            apply(b.fc2, mid.data(), rn, tmp.data() + r0 * H);
         }
-        add_inplace(x.data(), tmp.data(), NH);
+        add_rows(x.data(), tmp.data());
         if (trace) {
             VisionTrace::Block& tb = trace->blocks[l];
             tb.norm2 = xn;
@@ -342,19 +499,20 @@ std::vector<float> VisionTower::forward(const float* pixel_values, int grid_t, i
     }
 
     // 5. Merger: LayerNorm per patch, m x m consecutive rows concatenated, fc1, exact GELU, fc2.
-    ops::layer_norm(x.data(), N, H, merger_norm_.weight.data(), merger_norm_.bias.data(), kNormEps,
-                    xn.data());
+    layer_norm(x.data(), merger_norm_, xn.data());
     const int64_t M2 = static_cast<int64_t>(m) * m, T = N / M2;
     std::vector<float> h1(static_cast<size_t>(T * M2 * H));
-    linear(xn.data(), T, merger_fc1_, h1.data());  // xn viewed as [T][M2·H]
+    apply(merger_fc1_, xn.data(), T, h1.data());  // xn viewed as [T][M2·H]
     if (trace) {
         trace->merger_norm = xn;
         trace->merger_in = xn;
     }
-    ops::gelu_erf_inplace(h1.data(), T * M2 * H);
+    for_row_blocks(fast, T, M2 * H, [&](int64_t r0, int64_t r1) {
+        ops::gelu_erf_inplace(h1.data() + r0 * M2 * H, (r1 - r0) * M2 * H);
+    });
     if (trace) trace->merger_fc1_gelu = h1;
     std::vector<float> out(static_cast<size_t>(T * cfg_.out_hidden_size));
-    linear(h1.data(), T, merger_fc2_, out.data());
+    apply(merger_fc2_, h1.data(), T, out.data());
     if (trace) trace->merged = out;
     return out;
 }

@@ -1,11 +1,18 @@
-// The Qwen3.5 vision tower and patch merger in plain fp32 (the reference for later fast paths), as
-// transformers' Qwen3_5VisionModel computes it (tests/data/tiny-clef/README.md "Images"):
+// The Qwen3.5 vision tower and patch merger, as transformers' Qwen3_5VisionModel computes it
+// (tests/data/tiny-clef/README.md "Images"):
 //   patch embedding (the Conv3d with kernel = stride as a matrix over patch_dim = C·T·P·P inputs),
 //   + the learned position grid interpolated bilinearly (align_corners) to the image's patch grid,
 //   blocks: x += proj(attn(rope2d(qkv(LN1(x))))), x += fc2(act(fc1(LN2(x)))) with bidirectional attention per
 //   image and frame and a 2-D rotary embedding (row angles | column angles, θ 10000) over the full head_dim,
 //   merger: LN, 2x2 blocks of patch rows concatenated, fc1, exact GELU, fc2 -> out_hidden_size.
 // Rows are patches in the processor's merge-block order throughout.
+//
+// Two paths over the same steps. The fast path (the default) runs every projection as an ops::PackedLinear
+// packed once at load from the checkpoint's own dtype (Precision::Exact: fp32-accurate), the attention in
+// blocks of queries on ops::small_gemm_acc (bidirectional, per frame), and the norms and activations on all
+// kernel threads (ops::num_threads()). The reference path (reference = true, the oracle the fast path is
+// tested against) keeps fp32 copies of the weights and runs VisionTower::linear, ops::attention and the
+// scalar ops.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +21,7 @@
 
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "ops/gemm.h"
 
 namespace clef {
 
@@ -45,9 +53,12 @@ struct VisionTrace {
 
 class VisionTower {
 public:
-    // Reads `prefix`* (default model.visual.) from the checkpoint, converting BF16/F16 to fp32, and checks
-    // every shape against the config (clef::Error naming the tensor).
-    VisionTower(const VisionConfig& cfg, const Checkpoint& ckpt, const std::string& prefix = "model.visual.");
+    // Reads `prefix`* (default model.visual.) from the checkpoint and checks every shape against the config
+    // (clef::Error naming the tensor). Fast path: the matrices are packed (BF16/F16 kept as they are, other
+    // dtypes through fp32) and no fp32 copy is kept; reference = true: every tensor converted to fp32.
+    // The checkpoint need not outlive the tower.
+    VisionTower(const VisionConfig& cfg, const Checkpoint& ckpt, const std::string& prefix = "model.visual.",
+                bool reference = false);
 
     // Whether the checkpoint holds a vision tower under prefix (its patch embedding).
     static bool in_checkpoint(const Checkpoint& ckpt, const std::string& prefix = "model.visual.");
@@ -56,6 +67,7 @@ public:
     static bool in_model_dir(const std::string& model_dir);
 
     const VisionConfig& config() const { return cfg_; }
+    bool reference() const { return reference_; }
     int patch_dim() const {
         return cfg_.in_channels * cfg_.temporal_patch_size * cfg_.patch_size * cfg_.patch_size;
     }
@@ -67,12 +79,13 @@ public:
                                VisionTrace* trace = nullptr) const;
 
     struct Linear {
-        std::vector<float> weight;  // [out][in]
+        std::vector<float> weight;  // [out][in] (reference path; empty on the fast path)
         std::vector<float> bias;    // [out]
         int64_t in = 0, out = 0;
+        ops::PackedLinear packed;  // the fast path's weights (empty on the reference path)
     };
-    // y[rows][out] = x[rows][in] · Wᵀ + b: the one matrix product of the tower (every projection goes through
-    // it), so that a faster path (BF16, oneDNN) can replace it in one place. fp32, OpenMP threads.
+    // y[rows][out] = x[rows][in] · Wᵀ + b on the reference path's fp32 weights: the tower's scalar matrix
+    // product (tiled loops, OpenMP threads), the oracle for the packed one.
     static void linear(const float* x, int64_t rows, const Linear& l, float* y);
 
 private:
@@ -84,7 +97,11 @@ private:
         Linear qkv, proj, fc1, fc2;
     };
 
+    // y = x · Wᵀ + b on this tower's path (packed or reference).
+    void apply(const Linear& l, const float* x, int64_t rows, float* y) const;
+
     VisionConfig cfg_;
+    bool reference_ = false;
     int head_dim_ = 0;
     int grid_side_ = 0;  // the learned position grid is grid_side x grid_side
     bool act_tanh_ = true;
@@ -94,5 +111,11 @@ private:
     LayerNormW merger_norm_;
     Linear merger_fc1_, merger_fc2_;
 };
+
+// FLOPs of one forward pass over grid_t x grid_h x grid_w patches (multiply-adds count 2): the patch
+// embedding, every block's projections and MLP (2 * in * out per patch), bidirectional attention within each
+// frame (4 * hidden per query-key pair), and the merger. Norms, activations and the rotary embedding are left
+// out.
+double vision_flops(const VisionConfig& cfg, int64_t grid_t, int64_t grid_h, int64_t grid_w);
 
 }  // namespace clef
