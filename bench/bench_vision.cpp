@@ -1,6 +1,7 @@
-// The vision tower (patch embedding, blocks, merger) for one image, on the fp32 reference path.
+// The vision tower (patch embedding, blocks, merger) for one image, on the fast path (--reference: the fp32
+// reference path).
 //
-//   bench_vision [--model DIR] [--size HxW] [benchmark flags]
+//   bench_vision [--model DIR] [--size HxW] [--reference] [benchmark flags]
 //
 // DIR is a model directory in the publisher layout (default: tests/data/tiny-clef); only config.json,
 // processor_config.json and the model.visual.* weights are read. For the Clef-Flash tower (depth 27, hidden
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "image/preprocess.h"
+#include "image/synthetic.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
 #include "model/config.h"
@@ -32,6 +34,7 @@ namespace {
 
 std::string g_model = std::string(CLEF_TEST_DATA) + "/tiny-clef";
 int g_height = 448, g_width = 448;
+bool g_reference = false;
 
 struct Loaded {
     clef::VisionConfig cfg;
@@ -49,43 +52,22 @@ const Loaded& loaded() {
         if (!dir.processor_config_path.empty())
             x.processor = clef::load_image_processor_config(dir.processor_config_path);
         const clef::Checkpoint ckpt = clef::Checkpoint::open(dir.weights_path);
-        x.tower = std::make_unique<clef::VisionTower>(x.cfg, ckpt);
+        x.tower = std::make_unique<clef::VisionTower>(x.cfg, ckpt, "model.visual.", g_reference);
         return x;
     }();
     return l;
 }
 
-clef::RgbImage synthetic_image(int h, int w) {
-    clef::RgbImage img(w, h);
-    uint64_t s = 20261008;
-    for (int y = 0; y < h; ++y)
-        for (int x = 0; x < w; ++x) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull;
-            uint8_t* p = img.row(y) + 3 * x;
-            p[0] = static_cast<uint8_t>((x * 255) / w);
-            p[1] = static_cast<uint8_t>((y * 255) / h);
-            p[2] = static_cast<uint8_t>(s >> 56);
-        }
-    return img;
-}
-
-double tower_flops(const clef::VisionConfig& c, int64_t n, int dim) {
-    const double H = c.hidden_size, I = c.intermediate_size, N = static_cast<double>(n);
-    const double m2 = c.spatial_merge_size * c.spatial_merge_size;
-    const double per_block = 2 * N * H * 3 * H + 2 * N * H * H + 4 * N * N * H + 4 * N * H * I;
-    const double merger = 2 * (N / m2) * (m2 * H) * (m2 * H) + 2 * (N / m2) * (m2 * H) * c.out_hidden_size;
-    return 2 * N * dim * H + c.depth * per_block + merger;
-}
-
 void BM_VisionTower(benchmark::State& state) {
     const Loaded& l = loaded();
-    const clef::ProcessedImage img = clef::process_image(synthetic_image(g_height, g_width), l.processor);
+    const clef::ProcessedImage img =
+        clef::process_image(clef::synthetic_image(g_width, g_height), l.processor);
     const std::vector<float> pv = clef::pixel_values(img, l.processor);
     for (auto _ : state) {
         std::vector<float> out = l.tower->forward(pv.data(), img.grid_t, img.grid_h, img.grid_w);
         benchmark::DoNotOptimize(out.data());
     }
-    const double flops = tower_flops(l.cfg, img.num_patches(), l.tower->patch_dim());
+    const double flops = clef::vision_flops(l.cfg, img.grid_t, img.grid_h, img.grid_w);
     state.counters["patches"] = img.num_patches();
     state.counters["tokens"] = img.num_tokens();
     state.counters["GFLOP"] = benchmark::Counter(flops * 1e-9 * static_cast<double>(state.iterations()),
@@ -96,7 +78,7 @@ void BM_VisionTower(benchmark::State& state) {
 
 void BM_ImagePreprocess(benchmark::State& state) {
     const Loaded& l = loaded();
-    const clef::RgbImage rgb = synthetic_image(g_height, g_width);
+    const clef::RgbImage rgb = clef::synthetic_image(g_width, g_height);
     for (auto _ : state) {
         const clef::ProcessedImage img = clef::process_image(rgb, l.processor);
         std::vector<float> pv = clef::pixel_values(img, l.processor);
@@ -116,6 +98,8 @@ int main(int argc, char** argv) {
         const std::string a = argv[i];
         if (a == "--model" && i + 1 < argc) {
             g_model = argv[++i];
+        } else if (a == "--reference") {
+            g_reference = true;
         } else if (a == "--size" && i + 1 < argc) {
             if (std::sscanf(argv[++i], "%dx%d", &g_height, &g_width) != 2 || g_height < 1 || g_width < 1) {
                 std::fprintf(stderr, "--size: expected HxW, e.g. 448x448\n");
@@ -135,6 +119,7 @@ int main(int argc, char** argv) {
     }
     benchmark::AddCustomContext("model", g_model);
     benchmark::AddCustomContext("image", std::to_string(g_height) + "x" + std::to_string(g_width));
+    benchmark::AddCustomContext("path", g_reference ? "reference" : "fast");
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

@@ -1,5 +1,7 @@
 // clef bench: times whole decisions on a synthetic request of exactly N prompt tokens and prints one JSON
 // line (throughput, backbone GFLOP/s against a measured oneDNN BF16 matmul peak, head share, peak RSS).
+// With --image WxH it times the image path instead: one synthetic picture through the image processor and
+// the vision tower + merger (docs/PERFORMANCE.md "Vision tower").
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -9,11 +11,16 @@
 #include <dnnl.hpp>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/commands.h"
 #include "decision/engine.h"
+#include "image/preprocess.h"
+#include "image/synthetic.h"
+#include "io/model_dir.h"
 #include "model/backbone.h"
+#include "model/vision.h"
 #include "ops/cpu.h"
 #include "util/error.h"
 #include "util/json.h"
@@ -34,10 +41,24 @@ struct BenchArgs {
     int64_t chunk = 512;
     bool reference = false;
     bool profile = false;
+    std::string image;  // "WxH": time the vision tower on a synthetic image instead of decisions
 };
 
 double seconds_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Best and median of a non-empty list of timings.
+std::pair<double, double> best_median(std::vector<double> t) {
+    std::sort(t.begin(), t.end());
+    const size_t n = t.size();
+    return {t.front(), n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2])};
+}
+
+double peak_rss_mib() {
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    return static_cast<double>(ru.ru_maxrss) / 1024.0;
 }
 
 // A request whose encoded prompt is exactly `tokens` long: a state of `tokens` words (at least one token
@@ -141,18 +162,11 @@ void run_bench(const BenchArgs& a) {
         if (total.empty() || p.total < *std::min_element(total.begin(), total.end())) best = p;
         total.push_back(p.total);
     }
-    std::vector<double> sorted = total;
-    std::sort(sorted.begin(), sorted.end());
-    const double t_best = sorted.front();
-    const double t_median = sorted.size() % 2
-                                ? sorted[sorted.size() / 2]
-                                : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
+    const auto [t_best, t_median] = best_median(total);
     const double flops = backbone_flops(engine->config().text, T);
     const double gflops = flops / best.backbone_total / 1e9;
     const double peak = onednn_bf16_peak_gflops(512, 4096, 4096, 6);
     const double head = best.head_features + best.head_decide;
-    rusage ru{};
-    getrusage(RUSAGE_SELF, &ru);
 
     JsonValue o = JsonValue::object();
     o.set("tokens", JsonValue::integer(T));
@@ -168,9 +182,86 @@ void run_bench(const BenchArgs& a) {
     o.set("peak_gflops", JsonValue::number(peak));
     o.set("peak_ratio", JsonValue::number(gflops / peak));
     o.set("head_share", JsonValue::number(head / best.total));
-    o.set("peak_rss_mib", JsonValue::number(static_cast<double>(ru.ru_maxrss) / 1024.0));
+    o.set("peak_rss_mib", JsonValue::number(peak_rss_mib()));
     o.set("load_seconds", JsonValue::number(load_s));
     if (a.profile) o.set("profile", profile_json(best));
+    std::string out = write_json(o);
+    out += '\n';
+    std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
+// "WxH" (e.g. 448x448) -> width, height; clef::Error otherwise.
+std::pair<int, int> parse_image_size(const std::string& s) {
+    int w = 0, h = 0, end = 0;
+    if (std::sscanf(s.c_str(), "%dx%d%n", &w, &h, &end) != 2 || end != static_cast<int>(s.size()) || w < 1 ||
+        h < 1 || w > 65536 || h > 65536)
+        throw Error("--image: expected WIDTHxHEIGHT with sides in [1, 65536] (e.g. 448x448), got '" + s +
+                    "'");
+    return {w, h};
+}
+
+// --image: one synthetic picture through the model's image processor (smart resize, bicubic, normalisation,
+// patches) and the vision tower + merger, `repeat` times after `warmup`; the engine's tower (the fast path),
+// or with --reference a tower loaded on the scalar reference path.
+void run_image_bench(const BenchArgs& a) {
+    const auto [width, height] = parse_image_size(a.image);
+    if (a.repeat <= 0) throw Error("--repeat must be positive");
+    if (a.warmup < 0) throw Error("--warmup must be >= 0");
+    ops::Precision precision;
+    if (!parse_precision(a.precision, precision))
+        throw Error("--precision: expected exact or bf16, got '" + a.precision + "'");
+    if (precision != ops::Precision::Exact)
+        throw Error("--image: the vision tower runs in exact precision only (no --precision bf16)");
+    if (a.threads > 0) ops::set_num_threads(a.threads);
+
+    const auto tl = Clock::now();
+    std::unique_ptr<Engine> engine = Engine::load(a.model);
+    if (!engine->vision()) throw Error(a.model + ": the model has no vision tower (--image needs one)");
+    std::unique_ptr<VisionTower> reference;
+    if (a.reference)
+        reference = std::make_unique<VisionTower>(*engine->config().vision,
+                                                  Checkpoint::open(locate_model_dir(a.model).weights_path),
+                                                  "model.visual.", /*reference=*/true);
+    const VisionTower& tower = reference ? *reference : *engine->vision();
+    const double load_s = seconds_since(tl);
+
+    const RgbImage rgb = synthetic_image(width, height);
+    const ImageProcessorConfig& proc = engine->image_processor();
+    std::vector<double> pre, vis;
+    ProcessedImage img;
+    for (int i = 0; i < a.warmup + a.repeat; ++i) {
+        const auto t0 = Clock::now();
+        img = process_image(rgb, proc);
+        const std::vector<float> pv = pixel_values(img, proc);
+        const double tp = seconds_since(t0);
+        const auto t1 = Clock::now();
+        const std::vector<float> out = tower.forward(pv.data(), img.grid_t, img.grid_h, img.grid_w);
+        const double tv = seconds_since(t1);
+        if (i < a.warmup) continue;
+        pre.push_back(tp);
+        vis.push_back(tv);
+    }
+    const auto [pre_best, pre_median] = best_median(pre);
+    const auto [vis_best, vis_median] = best_median(vis);
+    const double flops = vision_flops(tower.config(), img.grid_t, img.grid_h, img.grid_w);
+
+    JsonValue o = JsonValue::object();
+    o.set("image", JsonValue::string(std::to_string(width) + "x" + std::to_string(height)));
+    o.set("resized",
+          JsonValue::string(std::to_string(img.resized.width) + "x" + std::to_string(img.resized.height)));
+    o.set("patches", JsonValue::integer(img.num_patches()));
+    o.set("image_tokens", JsonValue::integer(img.num_tokens()));
+    o.set("threads", JsonValue::integer(ops::num_threads()));
+    o.set("precision", JsonValue::string(a.reference ? "reference" : "exact"));
+    o.set("repeat", JsonValue::integer(a.repeat));
+    o.set("preprocess_seconds_best", JsonValue::number(pre_best));
+    o.set("preprocess_seconds_median", JsonValue::number(pre_median));
+    o.set("vision_seconds_best", JsonValue::number(vis_best));
+    o.set("vision_seconds_median", JsonValue::number(vis_median));
+    o.set("vision_gflop", JsonValue::number(flops / 1e9));
+    o.set("vision_gflops", JsonValue::number(flops / vis_best / 1e9));
+    o.set("peak_rss_mib", JsonValue::number(peak_rss_mib()));
+    o.set("load_seconds", JsonValue::number(load_s));
     std::string out = write_json(o);
     out += '\n';
     std::fwrite(out.data(), 1, out.size(), stdout);
@@ -180,10 +271,12 @@ void run_bench(const BenchArgs& a) {
 
 void add_bench_command(CLI::App& app) {
     auto args = std::make_shared<BenchArgs>();
-    CLI::App* cmd =
-        app.add_subcommand("bench", "Time whole decisions on a synthetic prompt of N tokens (JSON line)");
+    CLI::App* cmd = app.add_subcommand("bench",
+                                       "Time whole decisions on a synthetic prompt of N tokens, or (--image "
+                                       "WxH) the vision tower on one synthetic "
+                                       "image (JSON line)");
     cmd->add_option("--model", args->model, "Model directory (publisher layout) or GGUF file")->required();
-    cmd->add_option("--tokens", args->tokens, "Prompt tokens")->capture_default_str();
+    CLI::Option* tokens = cmd->add_option("--tokens", args->tokens, "Prompt tokens")->capture_default_str();
     cmd->add_option("--repeat", args->repeat, "Timed decisions (best and median are reported)")
         ->capture_default_str();
     cmd->add_option("--warmup", args->warmup, "Untimed decisions first")->capture_default_str();
@@ -191,11 +284,27 @@ void add_bench_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--precision", args->precision, "Projection activations: exact (fp32-accurate) or bf16")
         ->capture_default_str();
-    cmd->add_option("--chunk", args->chunk, "Prefill chunk length in tokens (0 = whole prompt)")
-        ->capture_default_str();
+    CLI::Option* chunk =
+        cmd->add_option("--chunk", args->chunk, "Prefill chunk length in tokens (0 = whole prompt)")
+            ->capture_default_str();
     cmd->add_flag("--reference", args->reference, "Run the scalar reference path (the oracle) instead");
-    cmd->add_flag("--profile", args->profile, "Add a per-op time breakdown of the best run (seconds)");
-    cmd->callback([args] { run_bench(*args); });
+    CLI::Option* profile =
+        cmd->add_flag("--profile", args->profile, "Add a per-op time breakdown of the best run (seconds)");
+    cmd->add_option(
+           "--image", args->image,
+           "Instead of decisions, time one synthetic WIDTHxHEIGHT image (e.g. 448x448) through the image "
+           "processor and the vision tower + merger (exact; --reference for the scalar path). Keys: "
+           "image, resized, patches, image_tokens, preprocess_seconds_best/_median, "
+           "vision_seconds_best/_median, vision_gflop, vision_gflops")
+        ->excludes(tokens)
+        ->excludes(chunk)
+        ->excludes(profile);
+    cmd->callback([args] {
+        if (args->image.empty())
+            run_bench(*args);
+        else
+            run_image_bench(*args);
+    });
 }
 
 }  // namespace clef
