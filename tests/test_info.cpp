@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "io/model_dir.h"
+#include "model/gguf_model.h"
 #include "model/model_info.h"
+#include "quant/quant.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
@@ -464,7 +466,9 @@ TEST(InfoCli, TextOutputOnTinyClef) {
         const size_t first = line.find(" " + num);
         ASSERT_NE(first, std::string::npos) << line;
         EXPECT_NE(line.find(" " + num, first + 1), std::string::npos) << "count and expected: " << line;
-        EXPECT_NE(line.find(" " + std::to_string(ref.at(key).tensors) + " "), std::string::npos) << line;
+        // append, not " " + s + " ": gcc 12 reports a false -Wrestrict on the latter here
+        const std::string tensors = std::string(" ").append(std::to_string(ref.at(key).tensors)).append(" ");
+        EXPECT_NE(line.find(tensors), std::string::npos) << line;
         EXPECT_NE(line.find("ok"), std::string::npos) << line;
         total += ref.at(key).params;
     }
@@ -496,6 +500,122 @@ TEST(InfoCli, JsonOutputOnTinyClef) {
     EXPECT_EQ(j["layers"]["pattern"], "3×linear + 1×full, repeated 2×");
     EXPECT_EQ(j["backbone_only"], false);
     EXPECT_EQ(j["warnings"], json::array());
+}
+
+// ---- GGUF files ----
+
+// tiny-clef converted in the test; parameters per component must equal the safetensors headers' (the GGUF
+// holds no vision tower; the head's packed attention in_proj is split into q/k/v and its three scalars are
+// one tensor, so head tensor counts differ but its parameters do not).
+TEST_F(TempDirTest, GgufCountsMatchSafetensors) {
+    const auto ref = reference_counts();
+    const std::string path = (dir_ / "tiny-q4_k_m.gguf").string();
+    clef::ConvertOptions opt;
+    opt.type = clef::GgufFileType::Q4_K_M;
+    const clef::ConvertSummary sum = clef::convert_to_gguf(kTiny, path, opt);
+    const clef::ModelInfo info = clef::compute_model_info(path);
+    ASSERT_TRUE(info.gguf.has_value());
+    const clef::GgufInfo& g = *info.gguf;
+    EXPECT_EQ(g.arch, "clef");
+    EXPECT_EQ(g.version, 3u);
+    EXPECT_EQ(g.file_type, 15);
+    EXPECT_EQ(g.file_type_name, "Q4_K_M");
+    EXPECT_EQ(g.quantization_version, 2);
+    EXPECT_EQ(g.head_source, "in the file");
+    const json cfg = json::parse(read_file(kTiny + "/config.json"));
+    EXPECT_EQ(g.context_length, cfg["text_config"]["max_position_embeddings"].get<int64_t>());
+    EXPECT_FALSE(info.dir.backbone_only);
+    EXPECT_FALSE(info.config.vision.has_value());
+
+    // Tensor types and quant types against the converter's own tally.
+    std::vector<std::string> quant;
+    std::map<std::string, int64_t> by_type;
+    for (const auto& d : info.dtypes) by_type[d.dtype] = d.tensors;
+    for (const auto& [type, n] : sum.tensors_per_type) {
+        EXPECT_EQ(by_type[type], static_cast<int64_t>(n)) << type;
+        for (uint32_t id = 0; id < 64; ++id)
+            if (clef::ggml_type_name(id) == type && clef::ggml_type_traits(id).block_size > 1)
+                quant.push_back(type);
+    }
+    EXPECT_EQ(by_type.size(), sum.tensors_per_type.size());
+    EXPECT_EQ(g.quant_types, quant);
+    EXPECT_FALSE(quant.empty());
+
+    std::map<std::string, const clef::ComponentInfo*> by_key;
+    for (const auto& c : info.components) by_key[c.key] = &c;
+    for (const auto& [key, label] : kComponents) {
+        ASSERT_TRUE(by_key.count(key)) << key;
+        const clef::ComponentInfo& c = *by_key[key];
+        EXPECT_EQ(c.expected, c.actual) << key;
+        if (key == "vision") {
+            EXPECT_EQ(c.actual, 0);
+            continue;
+        }
+        EXPECT_EQ(c.actual, ref.at(key).params) << key;
+        if (key != "head") {
+            EXPECT_EQ(c.tensors, ref.at(key).tensors) << key;
+        }
+    }
+    EXPECT_TRUE(info.counts_match());
+    EXPECT_TRUE(info.warnings.empty()) << info.warnings.front();
+    ASSERT_EQ(info.files.size(), 1u);
+    EXPECT_EQ(info.files[0].bytes, fs::file_size(path));
+    EXPECT_EQ(info.files[0].tensors, static_cast<int64_t>(sum.tensors));
+}
+
+// A qwen35 (backbone-only) GGUF: the head is found beside the file, as the loader finds it; without it the
+// summary says the file is a backbone only.
+TEST_F(TempDirTest, GgufQwen35HeadBesideTheFile) {
+    const auto ref = reference_counts();
+    const std::string path = (dir_ / "tiny-qwen35.gguf").string();
+    clef::ConvertOptions opt;
+    opt.arch = "qwen35";
+    clef::convert_to_gguf(kTiny, path, opt);
+    clef::ModelInfo info = clef::compute_model_info(path);
+    EXPECT_EQ(info.gguf->head_source, "none");
+    EXPECT_TRUE(info.dir.backbone_only);
+    ASSERT_FALSE(info.warnings.empty());
+    EXPECT_NE(info.warnings.back().find("backbone only"), std::string::npos);
+
+    for (const char* f : {"joint_head_config.json", "joint_head.safetensors"})
+        fs::copy_file(kTiny + "/" + f, dir_ / f);
+    info = clef::compute_model_info(path);
+    EXPECT_EQ(info.gguf->arch, "qwen35");
+    EXPECT_EQ(info.gguf->file_type_name, "BF16");
+    EXPECT_TRUE(info.gguf->quant_types.empty());
+    EXPECT_EQ(info.gguf->head_source, "joint_head.safetensors beside the file");
+    EXPECT_EQ(info.head_tensors, ref.at("head").tensors);
+    EXPECT_EQ(info.actual.head, ref.at("head").params);
+    EXPECT_EQ(info.actual.embed_tokens, ref.at("embed_tokens").params);
+    EXPECT_TRUE(info.counts_match());
+    EXPECT_TRUE(info.warnings.empty()) << info.warnings.front();
+    EXPECT_EQ(info.files.size(), 3u);
+}
+
+TEST_F(TempDirTest, GgufCliTextAndJson) {
+    const auto ref = reference_counts();
+    const std::string path = (dir_ / "tiny-q8_0.gguf").string();
+    clef::ConvertOptions opt;
+    opt.type = clef::GgufFileType::Q8_0;
+    clef::convert_to_gguf(kTiny, path, opt);
+    RunResult r = run_clef("info --model " + path + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(line_of(r.output, "file type").find("Q8_0 (general.file_type 7)"), std::string::npos)
+        << r.output;
+    EXPECT_NE(line_of(r.output, "quant types").find("q8_0"), std::string::npos) << r.output;
+    EXPECT_NE(line_of(r.output, "head weights").find("in the file"), std::string::npos) << r.output;
+    EXPECT_NE(line_of(r.output, "embed_tokens").find("ok"), std::string::npos) << r.output;
+    r = run_clef("info --model " + path + " --json");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    json j;
+    ASSERT_NO_THROW(j = json::parse(r.output)) << r.output;
+    EXPECT_EQ(j["format"], "gguf");
+    EXPECT_EQ(j["gguf"]["file_type_name"], "Q8_0");
+    EXPECT_EQ(j["gguf"]["architecture"], "clef");
+    for (const char* key :
+         {"linear_attention_layers", "full_attention_layers", "embed_tokens", "lm_head", "head"})
+        EXPECT_EQ(j["parameters"][key]["actual"], ref.at(key).params) << key;
+    EXPECT_EQ(j["counts_match"], true);
 }
 
 TEST(InfoCli, Errors) {

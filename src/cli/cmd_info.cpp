@@ -1,4 +1,4 @@
-// `clef info --model DIR [--json]`: what is in a model directory (see model/model_info.h).
+// `clef info --model DIR|FILE.gguf [--json]`: what is in a model directory or GGUF file (model/model_info.h).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
@@ -29,8 +29,10 @@ void add_info_command(CLI::App& app) {
     auto opt = std::make_shared<InfoOptions>();
     CLI::App* cmd = app.add_subcommand(
         "info",
-        "Summarise a model directory: architecture, layer pattern, widths, parameter counts, dtypes, files");
-    cmd->add_option("--model,-m", opt->model, "Model directory (config.json, weights, tokenizer, joint head)")
+        "Summarise a model directory or GGUF file: architecture, layer pattern, widths, parameter counts, "
+        "dtypes / quant types, files");
+    cmd->add_option("--model,-m", opt->model,
+                    "Model directory (config.json, weights, tokenizer, joint head) or .gguf file")
         ->required();
     cmd->add_flag("--json", opt->json, "Print a JSON object instead of the text summary");
     cmd->callback([opt]() { run_info(*opt); });

@@ -34,12 +34,21 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const std::st
         e->head_config_ = *g.head_config;
         e->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_dir));
         e->weights_ = std::move(g.weights);
-        e->backbone_ = std::make_unique<Backbone>(e->config_.text, *e->weights_);
+        // The backbone and head keep copies of the quantised matrices they use (which keep the file mapped).
+        e->backbone_ = std::make_unique<Backbone>(e->config_.text, *e->weights_, &g.matrices);
         e->head_file_ = std::move(g.head);
-        const TensorView* lm_head = e->weights_->find("lm_head.weight");
-        if (!lm_head) lm_head = e->weights_->find(e->backbone_->prefix() + "embed_tokens.weight");
-        if (!lm_head) throw Error(model_dir + ": missing output.weight / token_embd.weight");
-        e->head_ = std::make_unique<JointHead>(e->head_config_, *e->head_file_, *lm_head);
+        const std::string prefix = e->backbone_->prefix();
+        for (const std::string& name : {std::string("lm_head.weight"), prefix + "embed_tokens.weight"}) {
+            if (auto it = g.matrices.find(name); it != g.matrices.end()) {
+                e->head_ = std::make_unique<JointHead>(e->head_config_, *e->head_file_, it->second);
+                break;
+            }
+            if (const TensorView* t = e->weights_->find(name)) {
+                e->head_ = std::make_unique<JointHead>(e->head_config_, *e->head_file_, *t);
+                break;
+            }
+        }
+        if (!e->head_) throw Error(model_dir + ": missing output.weight / token_embd.weight");
         return e;
     }
     ModelDir dir = locate_model_dir(model_dir);

@@ -9,6 +9,7 @@
 #include "ops/attention_fast.h"
 #include "ops/basic.h"
 #include "ops/conv.h"
+#include "ops/cpu.h"
 #include "ops/delta_rule.h"
 #include "ops/rope.h"
 #include "util/error.h"
@@ -128,9 +129,22 @@ void row_to_f32(DType dt, const unsigned char* src, int64_t n, float* dst) {
 
 // One projection matrix [rows][cols] (PyTorch [out][in]). The fast path runs an ops::PackedLinear packed once
 // at load from the mapped weight (no fp32 copy); the reference path reads BF16 straight from the mapped file
-// (converted on the fly by ops::linear_bf16) and keeps fp32 copies of other dtypes (small models).
+// (converted on the fly by ops::linear_bf16) and keeps fp32 copies of other dtypes (small models). A
+// quantised matrix is packed from rows dequantised to bf16 block by block; its reference path dequantises
+// blocks of rows to fp32 for ops::linear.
 class Backbone::Linear {
 public:
+    explicit Linear(const QuantMatrix& q)
+        : rows_(q.rows), cols_(q.cols), quant_(std::make_unique<QuantMatrix>(q)) {
+        const QuantMatrix& m = *quant_;
+        ops::num_threads();  // applies the global thread setting to this thread
+        packed_ = ops::PackedLinear(
+            [&m](int64_t r0, int64_t n, uint16_t* out) {
+#pragma omp parallel for schedule(static)
+                for (int64_t i = 0; i < n; ++i) m.row_bf16(r0 + i, out + i * m.cols);
+            },
+            rows_, cols_);
+    }
     explicit Linear(const TensorView& t) : rows_(t.shape[0]), cols_(t.shape[1]) {
         const bool aligned = reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0;
         if (t.dtype == DType::BF16 && reinterpret_cast<uintptr_t>(t.data) % alignof(uint16_t) == 0) {
@@ -152,6 +166,8 @@ public:
         if (m == 0) return;
         if (!opt.reference)
             packed_.forward(x, m, y, opt.precision);
+        else if (quant_)
+            reference_quant(x, m, y);
         else if (bf16_)
             ops::linear_bf16(x, m, cols_, bf16_, rows_, nullptr, y);
         else
@@ -159,7 +175,21 @@ public:
     }
 
 private:
+    // y = x · Wᵀ through the oracle ops::linear, on blocks of rows dequantised to fp32.
+    void reference_quant(const float* x, int64_t m, float* y) const {
+        constexpr int64_t kBlock = 64;
+        std::vector<float> w(static_cast<size_t>(kBlock * cols_)), yb(static_cast<size_t>(m * kBlock));
+        for (int64_t r0 = 0; r0 < rows_; r0 += kBlock) {
+            const int64_t nb = std::min(kBlock, rows_ - r0);
+            for (int64_t i = 0; i < nb; ++i) quant_->row_f32(r0 + i, w.data() + i * cols_);
+            ops::linear(x, m, cols_, w.data(), nb, nullptr, yb.data());
+            for (int64_t t = 0; t < m; ++t)
+                std::memcpy(y + t * rows_ + r0, yb.data() + t * nb, static_cast<size_t>(nb) * sizeof(float));
+        }
+    }
+
     int64_t rows_, cols_;
+    std::unique_ptr<QuantMatrix> quant_;
     const uint16_t* bf16_ = nullptr;
     std::vector<float> f32_;
     ops::PackedLinear packed_;
@@ -174,11 +204,12 @@ struct Backbone::Ctx {
 
 Backbone::~Backbone() = default;
 
-Backbone::Backbone(const TextConfig& cfg, const Checkpoint& ckpt) : cfg_(cfg) {
+Backbone::Backbone(const TextConfig& cfg, const Checkpoint& ckpt, const QuantTensors* quant) : cfg_(cfg) {
     check_config(cfg_);
-    if (ckpt.find("model.language_model.embed_tokens.weight"))
+    auto has = [&](const std::string& name) { return ckpt.find(name) || (quant && quant->count(name)); };
+    if (has("model.language_model.embed_tokens.weight"))
         prefix_ = "model.language_model.";
-    else if (ckpt.find("model.embed_tokens.weight"))
+    else if (has("model.embed_tokens.weight"))
         prefix_ = "model.";
     else
         throw Error(ckpt.description() +
@@ -198,15 +229,34 @@ Backbone::Backbone(const TextConfig& cfg, const Checkpoint& ckpt) : cfg_(cfg) {
     auto load = [&](const std::string& name, const std::vector<int64_t>& shape) {
         return get(name, shape).to_f32();
     };
+    // The quantised matrix of that name, shape-checked; nullptr when the checkpoint holds it.
+    auto find_quant = [&](const std::string& name, const std::vector<int64_t>& shape) -> const QuantMatrix* {
+        if (!quant) return nullptr;
+        auto it = quant->find(prefix_ + name);
+        if (it == quant->end()) return nullptr;
+        const QuantMatrix& q = it->second;
+        if (shape != std::vector<int64_t>{q.rows, q.cols})
+            throw Error("tensor " + it->first + ": shape " + shape_str({q.rows, q.cols}) +
+                        " does not match the config (expected " + shape_str(shape) + ")");
+        q.validate(it->first);
+        return &q;
+    };
     auto linear = [&](const std::string& name, const std::vector<int64_t>& shape) {
-        linears_.push_back(std::make_unique<Linear>(get(name, shape)));
+        if (const QuantMatrix* q = find_quant(name, shape))
+            linears_.push_back(std::make_unique<Linear>(*q));
+        else
+            linears_.push_back(std::make_unique<Linear>(get(name, shape)));
         return linears_.back().get();
     };
 
     const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
-    const TensorView& emb = get("embed_tokens.weight", {cfg_.vocab_size, H});
-    embed_data_ = emb.data;
-    embed_dtype_ = emb.dtype;
+    if (const QuantMatrix* q = find_quant("embed_tokens.weight", {cfg_.vocab_size, H})) {
+        embed_quant_ = std::make_unique<QuantMatrix>(*q);
+    } else {
+        const TensorView& emb = get("embed_tokens.weight", {cfg_.vocab_size, H});
+        embed_data_ = emb.data;
+        embed_dtype_ = emb.dtype;
+    }
     final_norm_ = load("norm.weight", {H});
     layers_.resize(cfg_.num_layers);
     for (int l = 0; l < cfg_.num_layers; ++l) {
@@ -260,7 +310,10 @@ void Backbone::embed_into(const int32_t* ids, int64_t n, float* out) const {
         if (id < 0 || id >= cfg_.vocab_size)
             throw Error("embed: token id " + std::to_string(id) + " at position " + std::to_string(t) +
                         " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
-        row_to_f32(embed_dtype_, embed_data_ + static_cast<size_t>(id) * row_bytes, H, out + t * H);
+        if (embed_quant_)
+            embed_quant_->row_f32(id, out + t * H);
+        else
+            row_to_f32(embed_dtype_, embed_data_ + static_cast<size_t>(id) * row_bytes, H, out + t * H);
     }
 }
 

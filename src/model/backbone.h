@@ -11,6 +11,7 @@
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "ops/gemm.h"
+#include "quant/quant.h"
 
 namespace clef {
 
@@ -99,7 +100,11 @@ public:
     // matrices are not copied to fp32: the reference path reads them from the mapped file (BF16 converted on
     // the fly), the fast path packs them once at load. Small vectors (norms, conv taps, decays) become fp32.
     // The checkpoint's files must outlive the Backbone.
-    Backbone(const TextConfig& cfg, const Checkpoint& ckpt);
+    // quant: matrices held outside the checkpoint (a GGUF model's quantised projections and embedding table),
+    // by full tensor name; they take precedence over the checkpoint. A projection is packed from rows
+    // dequantised straight to bf16 (bf16 size in memory, no fp32 copy of the matrix); embedding rows are
+    // dequantised per token. The matrices' owners keep their storage alive.
+    Backbone(const TextConfig& cfg, const Checkpoint& ckpt, const QuantTensors* quant = nullptr);
     ~Backbone();
     Backbone(const Backbone&) = delete;
     Backbone& operator=(const Backbone&) = delete;
@@ -164,6 +169,7 @@ private:
     std::string prefix_;
     const unsigned char* embed_data_ = nullptr;  // [vocab][hidden] in the mapped file
     DType embed_dtype_ = DType::F32;
+    std::unique_ptr<QuantMatrix> embed_quant_;  // the table when it comes from `quant` (rows read per token)
     std::vector<float> final_norm_;
     std::vector<std::unique_ptr<Linear>> linears_;
     std::vector<Layer> layers_;

@@ -296,6 +296,56 @@ TensorSource f32_source(std::string name, std::vector<int64_t> shape, std::funct
 
 int64_t meta_int(const GgufFile& f, const std::string& key) { return f.get_int(key); }
 
+// A GGUF matrix as a QuantMatrix in HF layout: the value-head tiling of the transform xf undone by row /
+// column-group maps (HF head h is GGUF head (h % r) * Hk + h / r, as permute_heads).
+QuantMatrix hf_matrix(const std::shared_ptr<GgufFile>& f, const GgufTensorInfo& t, Xf xf, const Geometry& g) {
+    QuantMatrix q;
+    q.type = static_cast<GgmlType>(t.ggml_type);
+    q.data = t.data;
+    q.rows = static_cast<int64_t>(t.n_rows());
+    q.cols = static_cast<int64_t>(t.row_length());
+    q.owner = f;
+    if (xf == Xf::None) return q;
+    if (g.hk <= 0 || g.hv % g.hk != 0)
+        throw Error(f->path() + ": value heads are not a multiple of key heads");
+    const int64_t r = g.hv / g.hk;
+    if (r == 1) return q;  // one value head per key head: tiled and grouped orders agree
+    std::vector<int64_t> heads(static_cast<size_t>(g.hv));
+    for (int64_t h = 0; h < g.hv; ++h) heads[h] = (h % r) * g.hk + h / r;
+    auto need = [&](bool ok) {
+        if (!ok)
+            throw Error(f->path() + ": " + t.name +
+                        ": shape does not match the linear-attention head layout");
+    };
+    // Rows [first, first + Hv*per) are Hv heads of `per` rows.
+    auto head_rows = [&](int64_t first, int64_t per) {
+        need(q.rows == first + g.hv * per);
+        q.row_map.resize(static_cast<size_t>(q.rows));
+        for (int64_t i = 0; i < first; ++i) q.row_map[i] = i;
+        for (int64_t h = 0; h < g.hv; ++h)
+            for (int64_t i = 0; i < per; ++i) q.row_map[first + h * per + i] = first + heads[h] * per + i;
+    };
+    switch (xf) {
+        case Xf::QkvRows:
+            head_rows(2 * g.hk * g.dk, g.dv);
+            break;
+        case Xf::VHeadRows:
+            head_rows(0, g.dv);
+            break;
+        case Xf::VHeads1:
+            head_rows(0, 1);
+            break;
+        case Xf::VHeadCols:
+            need(q.cols == g.hv * g.dv);
+            q.col_group = g.dv;
+            q.col_map = heads;
+            break;
+        default:
+            throw Error(f->path() + ": " + t.name + ": no row-wise form of this transform");
+    }
+    return q;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------------------
@@ -312,6 +362,19 @@ bool parse_gguf_file_type(std::string_view s, GgufFileType& out) {
     else if (l == "q6_k") out = GgufFileType::Q6_K;
     else return false;
     return true;
+}
+
+std::string llama_file_type_name(int64_t ftype) {
+    // llama.h's llama_ftype (LLAMA_FTYPE_MOSTLY_* without the prefix); 4-6 and 33-35 are retired.
+    static const std::map<int64_t, const char*> kNames = {
+        {0, "F32"},     {1, "F16"},     {2, "Q4_0"},      {3, "Q4_1"},    {7, "Q8_0"},     {8, "Q5_0"},
+        {9, "Q5_1"},    {10, "Q2_K"},   {11, "Q3_K_S"},   {12, "Q3_K_M"}, {13, "Q3_K_L"},  {14, "Q4_K_S"},
+        {15, "Q4_K_M"}, {16, "Q5_K_S"}, {17, "Q5_K_M"},   {18, "Q6_K"},   {19, "IQ2_XXS"}, {20, "IQ2_XS"},
+        {21, "Q2_K_S"}, {22, "IQ3_XS"}, {23, "IQ3_XXS"},  {24, "IQ1_S"},  {25, "IQ4_NL"},  {26, "IQ3_S"},
+        {27, "IQ3_M"},  {28, "IQ2_S"},  {29, "IQ2_M"},    {30, "IQ4_XS"}, {31, "IQ1_M"},   {32, "BF16"},
+        {36, "TQ1_0"},  {37, "TQ2_0"},  {38, "MXFP4_MOE"}};
+    auto it = kNames.find(ftype);
+    return it != kNames.end() ? it->second : "unknown (" + std::to_string(ftype) + ")";
 }
 
 const char* gguf_file_type_name(GgufFileType t) {
@@ -594,15 +657,14 @@ bool is_gguf_file(const std::string& path) {
     return n == 4 && std::memcmp(m, "GGUF", 4) == 0;
 }
 
-GgufModel load_gguf_model(const std::string& path, const std::string& head_dir) {
-    auto f = std::make_shared<GgufFile>(GgufFile::open(path));
-    GgufModel m;
-    m.path = path;
+GgufModelConfig read_gguf_model_config(const GgufFile& file) {
+    const GgufFile* f = &file;
+    const std::string& path = file.path();
+    GgufModelConfig m;
     m.arch = f->get_string("general.architecture");
     if (m.arch != "clef" && m.arch != "qwen35")
         throw Error(path + ": general.architecture '" + m.arch + "' is not supported (clef or qwen35)");
     const std::string A = m.arch + ".";
-    for (const GgufTensorInfo& t : f->tensors()) ++m.tensors_per_type[ggml_type_name(t.ggml_type)];
 
     // config.json equivalent.
     const GgufTensorInfo* embd = f->find_tensor("token_embd.weight");
@@ -646,6 +708,38 @@ GgufModel load_gguf_model(const std::string& path, const std::string& head_dir) 
     tc["model_type"] = "qwen3_5_text";
     cj["text_config"] = tc;
     m.config = parse_model_config(cj.dump(), path + " (metadata)");
+
+    if (m.arch == "clef") {
+        const TextConfig& c = m.config.text;
+        HeadConfig h;
+        const GgufTensorInfo* mem = f->find_tensor("decision.proj_memory.weight");
+        const GgufTensorInfo* up = f->find_tensor("dec.blk.0.ffn_up.weight");
+        if (!mem || !up || mem->dims.size() != 2 || up->dims.size() != 2)
+            throw Error(path +
+                        ": missing head tensors decision.proj_memory.weight / dec.blk.0.ffn_up.weight");
+        h.hidden_size = c.hidden_size;
+        h.width = static_cast<int>(mem->dims[1]);
+        h.feedforward = static_cast<int>(up->dims[1]);
+        h.routing_layers = static_cast<int>(meta_int(*f, A + "decision.routing_block_count"));
+        h.layers = static_cast<int>(meta_int(*f, A + "decision.block_count"));
+        h.heads = static_cast<int>(meta_int(*f, A + "decision.head_count"));
+        nlohmann::json hj = {
+            {"hidden_size", h.hidden_size}, {"width", h.width}, {"routing_layers", h.routing_layers},
+            {"layers", h.layers},           {"heads", h.heads}, {"feedforward", h.feedforward}};
+        m.head_config = parse_head_config(hj.dump(), path + " (decision metadata)");
+    }
+    return m;
+}
+
+GgufModel load_gguf_model(const std::string& path, const std::string& head_dir) {
+    auto f = std::make_shared<GgufFile>(GgufFile::open(path));
+    GgufModel m;
+    m.path = path;
+    GgufModelConfig mc = read_gguf_model_config(*f);
+    m.arch = mc.arch;
+    m.config = std::move(mc.config);
+    m.head_config = std::move(mc.head_config);
+    for (const GgufTensorInfo& t : f->tensors()) ++m.tensors_per_type[ggml_type_name(t.ggml_type)];
     const TextConfig& c = m.config.text;
     const Geometry g = geometry(c);
 
@@ -670,6 +764,12 @@ GgufModel load_gguf_model(const std::string& path, const std::string& head_dir) 
             continue;
         }
         require_supported(*f, *t);
+        // Matrices in a block format (and BF16 ones with a transform) stay in the file, read row by row.
+        const bool matrix = t->dims.size() == 2 && t->dims[1] > 1 && e.xf != Xf::ConvV;
+        if (matrix && (ggml_type_traits(t->ggml_type).block_size > 1 || t->ggml_type == T(GgmlType::BF16))) {
+            m.matrices.emplace(e.hf, hf_matrix(f, *t, e.xf, g));
+            continue;
+        }
         src.push_back(f32_source(e.hf, shape, [f, t, xf = e.xf, shape, g, name = e.gguf] {
             std::vector<float> x = dequantize_tensor(*f, *t);
             transform(xf, x, shape, g, false, name);
@@ -682,20 +782,6 @@ GgufModel load_gguf_model(const std::string& path, const std::string& head_dir) 
 
     // Head.
     if (m.arch == "clef") {
-        HeadConfig h;
-        const GgufTensorInfo* mem = f->find_tensor("decision.proj_memory.weight");
-        const GgufTensorInfo* up = f->find_tensor("dec.blk.0.ffn_up.weight");
-        if (!mem || !up || mem->dims.size() != 2 || up->dims.size() != 2)
-            throw Error(path + ": missing head tensors decision.proj_memory.weight / dec.blk.0.ffn_up.weight");
-        h.hidden_size = c.hidden_size;
-        h.width = static_cast<int>(mem->dims[1]);
-        h.feedforward = static_cast<int>(up->dims[1]);
-        h.routing_layers = static_cast<int>(meta_int(*f, A + "decision.routing_block_count"));
-        h.layers = static_cast<int>(meta_int(*f, A + "decision.block_count"));
-        h.heads = static_cast<int>(meta_int(*f, A + "decision.head_count"));
-        nlohmann::json hj = {{"hidden_size", h.hidden_size}, {"width", h.width},   {"routing_layers", h.routing_layers},
-                             {"layers", h.layers},           {"heads", h.heads},   {"feedforward", h.feedforward}};
-        m.head_config = parse_head_config(hj.dump(), path + " (decision metadata)");
         std::vector<TensorSource> hs;
         std::vector<Entry> entries = head_entries(*m.head_config);
         for (size_t i = 0; i < entries.size(); ++i) {

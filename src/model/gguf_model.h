@@ -4,14 +4,19 @@
 // GGUF conventions undone at load (qwen35-backbone.md §6.3, clef-architecture.md §7):
 //   - "+1" folded into every backbone RMSNorm weight except linear_attn.norm (ssm_norm): subtracted;
 //   - ssm_a = -exp(A_log): A_log = log(-ssm_a);
-//   - value heads tiled (GGUF head p = v*Hk + k) instead of grouped by key head (HF head k*r + v): regrouped in
-//     the V rows of in_proj_qkv, the rows of in_proj_z / in_proj_a / in_proj_b, A_log, dt_bias, the V channels
-//     of conv1d and the input columns of out_proj;
-//   - ssm_conv1d {K, C} -> conv1d [C, 1, K]; the head's packed attention in_proj split into q/k/v (merged back);
+//   - value heads tiled (GGUF head p = v*Hk + k) instead of grouped by key head (HF head k*r + v):
+//     regrouped in the V rows of in_proj_qkv, the rows of in_proj_z / in_proj_a / in_proj_b, A_log,
+//     dt_bias, the V channels of conv1d and the input columns of out_proj;
+//   - ssm_conv1d {K, C} -> conv1d [C, 1, K]; the head's packed attention in_proj split into q/k/v (merged
+//     back);
 //   - decision.scales = [exp(min(prior, ln 100)), exp(min(joint, ln 100)), sigmoid(gate)]: logs / logit back.
-// Quantised tensors are dequantised (quant/quant.h) at load. The loader presents HF-named tensors as a
-// Checkpoint and a head SafetensorsFile backed by a private temporary file (mapped, then unlinked), so the
-// backbone and head loaders read GGUF and safetensors models through the same code.
+// The backbone's quantised matrices (projections, token_embd, output) stay in the mapped file as QuantMatrix
+// views (GgufModel::matrices; the head transforms become row / column maps) and are dequantised row by row by
+// their consumers: the backbone packs projections from bf16 rows, embedding and lm_head rows are dequantised
+// per token. Everything else (norms, conv, A_log, dt_bias, the joint head; F32 matrices, and F16 matrices
+// with a transform) is converted to fp32 at load and presented under HF names as a Checkpoint and a head
+// SafetensorsFile backed by a private temporary file (mapped, then unlinked), so the backbone and head
+// loaders read GGUF and safetensors models through the same code.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +30,7 @@
 
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "quant/quant.h"
 
 namespace clef {
 
@@ -59,6 +65,20 @@ ConvertSummary convert_to_gguf(const std::string& model_dir, const std::string& 
 // True when the path names a GGUF file (by its magic; false for directories and unreadable paths).
 bool is_gguf_file(const std::string& path);
 
+class GgufFile;
+
+// The configs a GGUF's metadata describes (no tensor data is read): general.architecture, the backbone config
+// (config.json equivalent), and for a clef file the head config. Throws clef::Error naming the file and key.
+struct GgufModelConfig {
+    std::string arch;  // "clef" or "qwen35"
+    ModelConfig config;
+    std::optional<HeadConfig> head_config;  // clef files only
+};
+GgufModelConfig read_gguf_model_config(const GgufFile& f);
+
+// llama.cpp's name of a general.file_type value ("Q4_K_M", "BF16", ...); "unknown (N)" otherwise.
+std::string llama_file_type_name(int64_t ftype);
+
 // A GGUF model in HF form.
 struct GgufModel {
     std::string path;
@@ -66,6 +86,7 @@ struct GgufModel {
     ModelConfig config;
     std::optional<HeadConfig> head_config;       // absent for a qwen35 file without a head
     std::unique_ptr<Checkpoint> weights;         // model.language_model.* and lm_head.weight, HF names
+    QuantTensors matrices;                       // quantised backbone matrices (not in weights), HF names
     std::unique_ptr<SafetensorsFile> head;       // joint head, HF names (absent without a head)
     std::map<std::string, uint64_t> tensors_per_type;  // ggml type name -> count (for `clef info`)
 };

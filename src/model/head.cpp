@@ -172,7 +172,15 @@ private:
 
 struct JointHead::Weights {
     HeadConfig cfg;
-    TensorView lm_head;  // mapped, not copied
+    TensorView lm_head;  // mapped, not copied (unless lm_quant holds the table)
+    std::unique_ptr<QuantMatrix> lm_quant;
+    int64_t vocab = 0;
+    void lexical_row(int64_t id, float* dst) const {
+        if (lm_quant)
+            lm_quant->row_f32(id, dst);
+        else
+            read_row(lm_head, id, cfg.hidden_size, dst);
+    }
     Norm hidden_norm;
     Dense memory_projection, question_projection, option_question_projection, global_projection,
         option_context_projection, option_lexical_projection;
@@ -301,7 +309,37 @@ size_t total_options(const std::vector<HeadQuestion>& questions) {
 // Loading
 
 JointHead::JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights, const TensorView& lm_head,
-                     bool reference) {
+                     bool reference)
+    : JointHead(cfg, head_weights, reference, [&lm_head](Weights& w) {
+          // lm_head: [vocab][hidden], a float type, rows read in place.
+          const int64_t H = w.cfg.hidden_size;
+          const std::string lm = lm_head.file + ": " + (lm_head.name.empty() ? "lm_head" : lm_head.name);
+          if (lm_head.shape.size() != 2 || lm_head.shape[0] <= 0 || lm_head.shape[1] != H)
+              throw Error(lm + ": has shape " + shape_str(lm_head.shape) + ", expected [vocab, " +
+                          std::to_string(H) + "]");
+          if (!is_float_dtype(lm_head.dtype))
+              throw Error(lm + ": has dtype " + std::string(dtype_name(lm_head.dtype)) +
+                          ", expected BF16, F16, F32 or F64");
+          if (!lm_head.data ||
+              lm_head.nbytes != static_cast<size_t>(lm_head.numel()) * dtype_size(lm_head.dtype))
+              throw Error(lm + ": data does not match its shape");
+          w.lm_head = lm_head;
+          w.vocab = lm_head.shape[0];
+      }) {}
+
+JointHead::JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights, const QuantMatrix& lm_head,
+                     bool reference)
+    : JointHead(cfg, head_weights, reference, [&lm_head](Weights& w) {
+          if (lm_head.cols != w.cfg.hidden_size)
+              throw Error("lm_head: has " + std::to_string(lm_head.cols) + " columns, expected hidden_size " +
+                          std::to_string(w.cfg.hidden_size));
+          lm_head.validate("lm_head");
+          w.lm_quant = std::make_unique<QuantMatrix>(lm_head);
+          w.vocab = lm_head.rows;
+      }) {}
+
+JointHead::JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights, bool reference,
+                     const std::function<void(Weights&)>& set_lexical) {
     const std::string& path = head_weights.path();
     if (cfg.hidden_size <= 0 || cfg.width <= 0 || cfg.heads <= 0 || cfg.feedforward <= 0 ||
         cfg.routing_layers < 0 || cfg.layers < 0)
@@ -311,20 +349,9 @@ JointHead::JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights,
                     " is not divisible by heads " + std::to_string(cfg.heads));
     const int64_t H = cfg.hidden_size, W = cfg.width, F = cfg.feedforward;
 
-    // lm_head: [vocab][hidden], a float type, rows read in place.
-    const std::string lm = lm_head.file + ": " + (lm_head.name.empty() ? "lm_head" : lm_head.name);
-    if (lm_head.shape.size() != 2 || lm_head.shape[0] <= 0 || lm_head.shape[1] != H)
-        throw Error(lm + ": has shape " + shape_str(lm_head.shape) + ", expected [vocab, " +
-                    std::to_string(H) + "]");
-    if (!is_float_dtype(lm_head.dtype))
-        throw Error(lm + ": has dtype " + std::string(dtype_name(lm_head.dtype)) +
-                    ", expected BF16, F16, F32 or F64");
-    if (!lm_head.data || lm_head.nbytes != static_cast<size_t>(lm_head.numel()) * dtype_size(lm_head.dtype))
-        throw Error(lm + ": data does not match its shape");
-
     auto w = std::make_shared<Weights>();
     w->cfg = cfg;
-    w->lm_head = lm_head;
+    set_lexical(*w);
 
     TensorTaker t(head_weights, !reference);
     w->hidden_norm = t.norm("hidden_norm", H);
@@ -377,7 +404,7 @@ const HeadConfig& JointHead::config() const {
     return w_->cfg;
 }
 int64_t JointHead::vocab_size() const {
-    return w_->lm_head.shape[0];
+    return w_->vocab;
 }
 float JointHead::prior_scale() const {
     return w_->prior_scale;
@@ -417,7 +444,7 @@ HeadFeatureBuilder::HeadFeatureBuilder(const JointHead& head, int64_t T, const s
         throw Error("joint head: " + std::to_string(ids.size()) + " input ids for " + std::to_string(T) +
                     " positions");
     const int64_t H = w_->cfg.hidden_size, W = w_->cfg.width;
-    const int64_t vocab = w_->lm_head.shape[0];
+    const int64_t vocab = w_->vocab;
     const size_t N = total_options(questions);
     questions_ = questions.size();
 
@@ -445,7 +472,7 @@ HeadFeatureBuilder::HeadFeatureBuilder(const JointHead& head, int64_t T, const s
                     throw Error("joint head: input id " + std::to_string(id) + " at position " +
                                 std::to_string(p) + " is outside the lm_head vocabulary of " +
                                 std::to_string(vocab));
-                read_row(w_->lm_head, id, H, row.data());
+                w_->lexical_row(id, row.data());
                 for (int64_t c = 0; c < H; ++c) acc[c] += row[c];
             }
             float* dst = out_.option_lexical.data() + option * H;

@@ -11,12 +11,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
 
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "quant/quant.h"
 
 namespace clef {
 
@@ -61,6 +63,10 @@ public:
     // true keeps the scalar ops::linear instead (the oracle).
     JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights, const TensorView& lm_head,
               bool reference = false);
+    // The same with the lm_head as a QuantMatrix (a GGUF model's quantised output / token_embd table): the
+    // rows of option-span ids are dequantised when needed; lm_head's owner keeps its storage alive.
+    JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights, const QuantMatrix& lm_head,
+              bool reference = false);
 
     const HeadConfig& config() const;
     int64_t vocab_size() const;
@@ -86,6 +92,9 @@ public:
     struct Weights;  // defined in head.cpp
 
 private:
+    // Checks cfg, lets set_lexical validate and store the lm_head (Weights::cfg is set), loads the rest.
+    JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights, bool reference,
+              const std::function<void(Weights&)>& set_lexical);
     friend class HeadFeatureBuilder;
     std::shared_ptr<const Weights> w_;
 };

@@ -9,6 +9,9 @@
 #include <sstream>
 #include <string_view>
 
+#include "io/gguf.h"
+#include "model/gguf_model.h"
+#include "quant/quant.h"
 #include "util/error.h"
 
 namespace clef {
@@ -119,6 +122,91 @@ std::vector<int> full_attention_layers(const TextConfig& t) {
     for (size_t i = 0; i < t.layer_types.size(); ++i)
         if (t.layer_types[i] == LayerType::FullAttention) idx.push_back(static_cast<int>(i));
     return idx;
+}
+
+// The component of a GGUF tensor (llama.cpp names: token_embd, output, output_norm, blk.N.*, the clef head's
+// decision.* / dec.blk.* / token_types.*, the mmproj vision names v.* / mm.*).
+Part classify_gguf(std::string_view name, const TextConfig& text) {
+    if (starts_with(name, "blk.")) {
+        const int idx = layer_index(name, "blk.");
+        if (idx < 0 || idx >= text.num_layers) return Part::Other;
+        return text.layer_types[idx] == LayerType::FullAttention ? Part::FullLayers : Part::LinearLayers;
+    }
+    if (starts_with(name, "token_embd.")) return Part::Embed;
+    if (starts_with(name, "output_norm.")) return Part::FinalNorm;
+    if (starts_with(name, "output.")) return Part::LmHead;
+    if (starts_with(name, "decision.") || starts_with(name, "dec.blk.") || starts_with(name, "token_types."))
+        return Part::Head;
+    if (starts_with(name, "v.") || starts_with(name, "mm.")) return Part::Vision;
+    return Part::Other;
+}
+
+// Counts per component and per dtype, gathered tensor by tensor.
+struct Tally {
+    ParamCounts tensors;  // tensor counts, in the ParamCounts slots
+    std::map<std::string, DTypeTally> dtypes;
+
+    void add(ModelInfo& info, const std::string& name, int64_t numel, const std::string& dtype,
+             uint64_t bytes, Part part) {
+        slot(info.actual, part) += numel;
+        slot(tensors, part) += 1;
+        DTypeTally& d = dtypes[dtype];
+        d.dtype = dtype;
+        d.tensors += 1;
+        d.params += numel;
+        d.bytes += bytes;
+        if (part == Part::Other && info.other_tensors.size() < 8) info.other_tensors.push_back(name);
+    }
+};
+
+// info.components and info.dtypes from the tally (info.actual / expected filled).
+void set_components(ModelInfo& info, const Tally& tally) {
+    for (auto& [name, d] : tally.dtypes) info.dtypes.push_back(d);
+    struct Row {
+        const char* key;
+        const char* label;
+        Part part;
+    };
+    const Row rows[] = {
+        {"linear_attention_layers", "linear-attention layers", Part::LinearLayers},
+        {"full_attention_layers", "full-attention layers", Part::FullLayers},
+        {"final_norm", "final norm", Part::FinalNorm},
+        {"embed_tokens", "embed_tokens", Part::Embed},
+        {"lm_head", "lm_head", Part::LmHead},
+        {"vision", "vision tower", Part::Vision},
+        {"head", "joint head", Part::Head},
+        {"other", "other tensors", Part::Other},
+    };
+    ParamCounts tensors = tally.tensors;
+    for (const Row& r : rows) {
+        ComponentInfo c;
+        c.key = r.key;
+        c.label = r.label;
+        c.tensors = slot(tensors, r.part);
+        c.actual = slot(info.actual, r.part);
+        c.expected = slot(info.expected, r.part);
+        if (r.part == Part::Other && c.tensors == 0) continue;
+        info.components.push_back(c);
+    }
+}
+
+// Count mismatches and unrecognised tensors as warnings.
+void add_count_warnings(ModelInfo& info) {
+    for (const ComponentInfo& c : info.components) {
+        if (c.matches()) continue;
+        if (c.key == "other") {
+            std::string names;
+            for (size_t i = 0; i < info.other_tensors.size(); ++i)
+                names += (i ? ", " : "") + info.other_tensors[i];
+            if (c.tensors > static_cast<int64_t>(info.other_tensors.size())) names += ", ...";
+            info.warnings.push_back(fmt::format("{} tensors ({} parameters) belong to no known component: {}",
+                                                with_thousands(c.tensors), with_thousands(c.actual), names));
+        } else {
+            info.warnings.push_back(fmt::format("{}: {} parameters in the files, {} expected from the config",
+                                                c.label, with_thousands(c.actual),
+                                                with_thousands(c.expected)));
+        }
+    }
 }
 
 }  // namespace
@@ -253,51 +341,17 @@ ModelInfo compute_model_info(const ModelDir& dir, const ModelDirConfig& config, 
     info.layer_pattern = describe_layer_pattern(text.layer_types);
     info.expected = expected_param_counts(info.config, info.head ? &*info.head : nullptr);
 
-    ParamCounts tensors;  // tensor counts per component, in the same slots
-    std::map<std::string, DTypeTally> dtypes;
-    auto tally = [&](const TensorView& t, Part part) {
-        slot(info.actual, part) += t.numel();
-        slot(tensors, part) += 1;
-        DTypeTally& d = dtypes[std::string(dtype_name(t.dtype))];
-        d.dtype = dtype_name(t.dtype);
-        d.tensors += 1;
-        d.params += t.numel();
-        d.bytes += t.nbytes;
-        if (part == Part::Other && info.other_tensors.size() < 8) info.other_tensors.push_back(t.name);
-    };
-    for (const TensorView* t : backbone.all()) tally(*t, classify(t->name, info.text_prefix, text));
+    Tally tally;
+    for (const TensorView* t : backbone.all())
+        tally.add(info, t->name, t->numel(), std::string(dtype_name(t->dtype)), t->nbytes,
+                  classify(t->name, info.text_prefix, text));
     info.backbone_tensors = static_cast<int64_t>(backbone.all().size());
     if (head_weights) {
-        for (const TensorView& t : head_weights->tensors()) tally(t, Part::Head);
+        for (const TensorView& t : head_weights->tensors())
+            tally.add(info, t.name, t.numel(), std::string(dtype_name(t.dtype)), t.nbytes, Part::Head);
         info.head_tensors = static_cast<int64_t>(head_weights->tensors().size());
     }
-    for (auto& [name, d] : dtypes) info.dtypes.push_back(d);
-
-    struct Row {
-        const char* key;
-        const char* label;
-        Part part;
-    };
-    const Row rows[] = {
-        {"linear_attention_layers", "linear-attention layers", Part::LinearLayers},
-        {"full_attention_layers", "full-attention layers", Part::FullLayers},
-        {"final_norm", "final norm", Part::FinalNorm},
-        {"embed_tokens", "embed_tokens", Part::Embed},
-        {"lm_head", "lm_head", Part::LmHead},
-        {"vision", "vision tower", Part::Vision},
-        {"head", "joint head", Part::Head},
-        {"other", "other tensors", Part::Other},
-    };
-    for (const Row& r : rows) {
-        ComponentInfo c;
-        c.key = r.key;
-        c.label = r.label;
-        c.tensors = slot(tensors, r.part);
-        c.actual = slot(info.actual, r.part);
-        c.expected = slot(info.expected, r.part);
-        if (r.part == Part::Other && c.tensors == 0) continue;
-        info.components.push_back(c);
-    }
+    set_components(info, tally);
 
     // Files, in a fixed order.
     auto add_file = [&](const std::string& path, const char* role, int64_t n_tensors, uint64_t bytes) {
@@ -321,25 +375,93 @@ ModelInfo compute_model_info(const ModelDir& dir, const ModelDirConfig& config, 
 
     // Warnings.
     for (const std::string& note : dir.notes) info.warnings.push_back(note);
-    for (const ComponentInfo& c : info.components) {
-        if (c.matches()) continue;
-        if (c.key == "other") {
-            std::string names;
-            for (size_t i = 0; i < info.other_tensors.size(); ++i)
-                names += (i ? ", " : "") + info.other_tensors[i];
-            if (c.tensors > static_cast<int64_t>(info.other_tensors.size())) names += ", ...";
-            info.warnings.push_back(fmt::format("{} tensors ({} parameters) belong to no known component: {}",
-                                                with_thousands(c.tensors), with_thousands(c.actual), names));
-        } else {
-            info.warnings.push_back(fmt::format("{}: {} parameters in the files, {} expected from the config",
-                                                c.label, with_thousands(c.actual),
-                                                with_thousands(c.expected)));
-        }
-    }
+    add_count_warnings(info);
     return info;
 }
 
+namespace {
+
+ModelInfo compute_gguf_model_info(const std::string& path) {
+    const GgufFile f = GgufFile::open(path);
+    GgufModelConfig mc = read_gguf_model_config(f);
+    ModelInfo info;
+    info.dir.root = path;
+    info.config = std::move(mc.config);
+    info.head = std::move(mc.head_config);
+    const TextConfig& text = info.config.text;
+
+    GgufInfo g;
+    g.version = f.version();
+    g.alignment = f.alignment();
+    g.arch = mc.arch;
+    if (f.contains("general.file_type")) {
+        g.file_type = f.get_int("general.file_type");
+        g.file_type_name = llama_file_type_name(g.file_type);
+    }
+    if (f.contains("general.quantization_version"))
+        g.quantization_version = f.get_int("general.quantization_version");
+    if (f.contains(g.arch + ".context_length")) g.context_length = f.get_int(g.arch + ".context_length");
+
+    // A qwen35 file's head: joint_head.safetensors + joint_head_config.json beside it (as the loader finds
+    // it).
+    std::optional<SafetensorsFile> head_file;
+    if (info.head) {
+        g.head_source = "in the file";
+    } else {
+        const fs::path dir =
+            fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+        const std::string hw = (dir / "joint_head.safetensors").string(),
+                          hc = (dir / "joint_head_config.json").string();
+        if (fs::exists(hw) && fs::exists(hc)) {
+            info.head = load_head_config(hc);
+            head_file = SafetensorsFile::open(hw);
+            info.dir.head_weights_path = hw;
+            info.dir.head_config_path = hc;
+            g.head_source = "joint_head.safetensors beside the file";
+        } else {
+            g.head_source = "none";
+        }
+    }
+    info.dir.backbone_only = !info.head;
+    info.layer_pattern = describe_layer_pattern(text.layer_types);
+    info.expected = expected_param_counts(info.config, info.head ? &*info.head : nullptr);
+
+    Tally tally;
+    std::map<std::string, bool> quant;
+    for (const GgufTensorInfo& t : f.tensors()) {
+        const Part part = classify_gguf(t.name, text);
+        tally.add(info, t.name, static_cast<int64_t>(t.n_elements()), ggml_type_name(t.ggml_type), t.nbytes,
+                  part);
+        if (ggml_type_traits(t.ggml_type).block_size > 1) quant[ggml_type_name(t.ggml_type)] = true;
+        (part == Part::Head ? info.head_tensors : info.backbone_tensors) += 1;
+    }
+    if (head_file) {
+        for (const TensorView& t : head_file->tensors())
+            tally.add(info, t.name, t.numel(), std::string(dtype_name(t.dtype)), t.nbytes, Part::Head);
+        info.head_tensors += static_cast<int64_t>(head_file->tensors().size());
+    }
+    for (const auto& [name, present] : quant) g.quant_types.push_back(name);
+    set_components(info, tally);
+    info.gguf = std::move(g);
+
+    info.files.push_back({fs::path(path).filename().string(), path, "GGUF model", f.file_size(),
+                          static_cast<int64_t>(f.tensors().size())});
+    if (head_file) {
+        info.files.push_back({"joint_head_config.json", info.dir.head_config_path, "head config",
+                              file_bytes(info.dir.head_config_path), -1});
+        info.files.push_back({"joint_head.safetensors", head_file->path(), "head weights",
+                              head_file->file_size(), static_cast<int64_t>(head_file->tensors().size())});
+    } else if (!info.head) {
+        info.warnings.push_back("backbone only: no joint head in the file or beside it (decisions need one)");
+    }
+    add_count_warnings(info);
+    return info;
+}
+
+}  // namespace
+
 ModelInfo compute_model_info(const std::string& model_dir) {
+    if (is_gguf_file(model_dir)) return compute_gguf_model_info(model_dir);
     ModelDir dir = locate_model_dir(model_dir);
     ModelDirConfig config = load_model_dir_config(dir);
     Checkpoint backbone = Checkpoint::open(dir.weights_path);
@@ -357,12 +479,26 @@ std::string format_model_info(const ModelInfo& info) {
     };
 
     o << "model " << info.dir.root << "\n";
-    line("architecture", c.architecture + " (model_type " + c.model_type + ")");
-    std::string layout = info.text_prefix + "*";
-    layout += info.text_prefix == kVlmPrefix ? " (Qwen3_5ForConditionalGeneration layout)"
-                                             : " (Qwen3_5ForCausalLM text-only layout)";
-    line("tensor layout", layout);
-    line("head weights", info.dir.backbone_only ? "none (backbone only)" : "joint_head.safetensors");
+    if (info.gguf) {
+        const GgufInfo& g = *info.gguf;
+        line("format", fmt::format("GGUF v{}, alignment {}", g.version, g.alignment));
+        line("architecture", g.arch + (g.arch == "clef" ? " (backbone + joint head)" : " (backbone only)"));
+        line("file type", g.file_type < 0
+                              ? std::string("not given")
+                              : fmt::format("{} (general.file_type {})", g.file_type_name, g.file_type));
+        if (g.quantization_version >= 0) line("quantization_version", std::to_string(g.quantization_version));
+        std::string qt;
+        for (const std::string& t : g.quant_types) qt += (qt.empty() ? "" : ", ") + t;
+        line("quant types", qt.empty() ? "none (float tensors only)" : qt);
+        line("head weights", g.head_source);
+    } else {
+        line("architecture", c.architecture + " (model_type " + c.model_type + ")");
+        std::string layout = info.text_prefix + "*";
+        layout += info.text_prefix == kVlmPrefix ? " (Qwen3_5ForConditionalGeneration layout)"
+                                                 : " (Qwen3_5ForCausalLM text-only layout)";
+        line("tensor layout", layout);
+        line("head weights", info.dir.backbone_only ? "none (backbone only)" : "joint_head.safetensors");
+    }
     line("layers", std::to_string(t.num_layers) + ": " + info.layer_pattern);
     std::string letters;
     for (LayerType l : t.layer_types) letters += l == LayerType::FullAttention ? 'F' : 'L';
@@ -388,7 +524,11 @@ std::string format_model_info(const ModelInfo& info) {
                      t.linear_key_head_dim, t.linear_num_value_heads, t.linear_value_head_dim,
                      t.linear_conv_kernel));
     line("rms_norm_eps", fmt::format("{}", t.rms_norm_eps));
-    if (t.max_position_embeddings > 0) line("max positions", with_thousands(t.max_position_embeddings));
+    if (info.gguf)
+        line("context length", info.gguf->context_length < 0 ? std::string("not given")
+                                                             : with_thousands(info.gguf->context_length));
+    else if (t.max_position_embeddings > 0)
+        line("max positions", with_thousands(t.max_position_embeddings));
     if (c.vision) {
         const VisionConfig& v = *c.vision;
         line("vision", fmt::format("depth {}, hidden {}, {} heads, intermediate {}, patch {}, merge {}, "
@@ -396,7 +536,8 @@ std::string format_model_info(const ModelInfo& info) {
                                    v.depth, v.hidden_size, v.num_heads, v.intermediate_size, v.patch_size,
                                    v.spatial_merge_size, v.num_position_embeddings, v.out_hidden_size));
     } else {
-        line("vision", "none");
+        line("vision", info.gguf ? "none (a GGUF holds no vision tower; llama.cpp keeps it in an mmproj file)"
+                                 : "none");
     }
     if (info.head) {
         const HeadConfig& h = *info.head;
@@ -424,7 +565,9 @@ std::string format_model_info(const ModelInfo& info) {
     }
     count_row("total", total_tensors, info.actual.total(), info.expected.total());
 
-    o << "\n" << fmt::format("{:<24}{:>9}{:>17}{:>17}\n", "dtypes", "tensors", "parameters", "bytes");
+    o << "\n"
+      << fmt::format("{:<24}{:>9}{:>17}{:>17}\n", info.gguf ? "tensor types" : "dtypes", "tensors",
+                     "parameters", "bytes");
     for (const DTypeTally& d : info.dtypes)
         o << fmt::format("  {:<22}{:>9}{:>17}{:>17}\n", d.dtype, with_thousands(d.tensors),
                          with_thousands(d.params), with_thousands(static_cast<int64_t>(d.bytes)));
@@ -452,6 +595,19 @@ nlohmann::json model_info_to_json(const ModelInfo& info) {
     const TextConfig& t = c.text;
     json j;
     j["model_dir"] = info.dir.root;
+    j["format"] = info.gguf ? "gguf" : "safetensors";
+    if (info.gguf) {
+        const GgufInfo& g = *info.gguf;
+        j["gguf"] = {{"version", g.version},
+                     {"alignment", g.alignment},
+                     {"architecture", g.arch},
+                     {"file_type", g.file_type},
+                     {"file_type_name", g.file_type_name},
+                     {"quantization_version", g.quantization_version},
+                     {"quant_types", g.quant_types},
+                     {"context_length", g.context_length},
+                     {"head", g.head_source}};
+    }
     j["architecture"] = c.architecture;
     j["model_type"] = c.model_type;
     j["text_prefix"] = info.text_prefix;

@@ -68,8 +68,24 @@ struct FileEntry {
     int64_t tensors = -1;  // safetensors files only
 };
 
+// What `clef info` adds for a GGUF file.
+struct GgufInfo {
+    uint32_t version = 0;
+    uint32_t alignment = 0;
+    std::string arch;                      // general.architecture: "clef" or "qwen35"
+    int64_t file_type = -1;                // general.file_type (-1 when absent)
+    std::string file_type_name;            // llama.cpp's name, e.g. "Q4_K_M"
+    int64_t quantization_version = -1;     // general.quantization_version (-1 when absent)
+    std::vector<std::string> quant_types;  // block-quantised ggml types present (ggml spelling), sorted
+    int64_t context_length = -1;           // <arch>.context_length (-1 when absent)
+    std::string head_source;  // "in the file", "joint_head.safetensors beside the file", or "none"
+};
+
 struct ModelInfo {
+    // For a GGUF file: dir.root is the file, dir.backbone_only says whether a head was found, the paths of
+    // the head files are set when they sit beside it; the other paths are empty.
     ModelDir dir;
+    std::optional<GgufInfo> gguf;  // set for a GGUF file
     ModelConfig config;
     std::optional<HeadConfig> head;
     // Prefix of the text tensors: "model.language_model." (Qwen3_5ForConditionalGeneration layout) or
@@ -79,7 +95,7 @@ struct ModelInfo {
     ParamCounts actual;
     ParamCounts expected;
     std::vector<ComponentInfo> components;  // display order; the totals are not included
-    std::vector<DTypeTally> dtypes;         // sorted by dtype name
+    std::vector<DTypeTally> dtypes;         // sorted by dtype name (GGUF: ggml type names, e.g. "q4_K")
     std::vector<FileEntry> files;
     int64_t backbone_tensors = 0;
     int64_t head_tensors = 0;
@@ -89,7 +105,9 @@ struct ModelInfo {
     bool counts_match() const;
 };
 
-// Locates the directory, loads both configs and the safetensors headers, and summarises them.
+// Locates the directory, loads both configs and the safetensors headers, and summarises them. A GGUF file
+// (recognised by its magic) is summarised from its metadata and tensor infos (no tensor data is read), with
+// the head files beside it for a qwen35 (backbone-only) file.
 ModelInfo compute_model_info(const std::string& model_dir);
 // The same from already loaded parts; head_weights is null for a backbone-only model.
 ModelInfo compute_model_info(const ModelDir& dir, const ModelDirConfig& config, const Checkpoint& backbone,

@@ -343,13 +343,61 @@ void check_n(GgmlType type, int64_t n) {
 
 int nearest_int(float x) { return static_cast<int>(std::lrintf(x)); }
 
+// Q8_0 (levels -127..127, ggml's block format). The levels are always computed with the fp16 scale that is
+// stored (not the fp32 one it was rounded from), and the scale is chosen among amax / 127 in fp16 and the
+// fp16 values around the least-squares scale of the current levels (d = sum x q / sum q^2), keeping the one
+// with the smallest squared error of the dequantised block.
 void quant_q8_0(const float* x, BlockQ8_0* b, int64_t nb) {
+    int8_t q[32];
+    // Levels for the fp16 scale h into out; the block's squared error (infinite for a zero / non-finite
+    // scale).
+    auto levels = [](uint16_t h, int8_t* out, const float* xb) {
+        const float d = h2f(h);
+        if (!(d > 0) || !std::isfinite(d)) return INFINITY;
+        const float id = 1.f / d;
+        float e = 0;
+        for (int j = 0; j < 32; ++j) {
+            const int l = std::clamp(nearest_int(xb[j] * id), -127, 127);
+            out[j] = static_cast<int8_t>(l);
+            const float diff = static_cast<float>(l) * d - xb[j];
+            e += diff * diff;
+        }
+        return e;
+    };
     for (int64_t i = 0; i < nb; ++i, x += kQK) {
         float amax = 0;
         for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
-        const float d = amax / 127.f, id = d != 0 ? 1.f / d : 0.f;
-        b[i].d = f32_to_f16(d);
-        for (int j = 0; j < 32; ++j) b[i].qs[j] = static_cast<int8_t>(std::clamp(nearest_int(x[j] * id), -127, 127));
+        b[i].d = 0;
+        std::memset(b[i].qs, 0, sizeof b[i].qs);
+        uint16_t best_h = f32_to_f16(amax / 127.f);
+        float best = levels(best_h, b[i].qs, x);
+        if (!std::isfinite(best)) {  // all zeros, or amax / 127 below fp16's range: the block decodes to 0
+            std::memset(b[i].qs, 0, sizeof b[i].qs);
+            continue;
+        }
+        for (int iter = 0; iter < 3; ++iter) {
+            double sxq = 0, sqq = 0;
+            for (int j = 0; j < 32; ++j) {
+                sxq += static_cast<double>(x[j]) * b[i].qs[j];
+                sqq += static_cast<double>(b[i].qs[j]) * b[i].qs[j];
+            }
+            if (sqq <= 0) break;
+            const uint16_t h = f32_to_f16(static_cast<float>(sxq / sqq));
+            bool improved = false;
+            for (int delta = -1; delta <= 1; ++delta) {
+                const uint16_t c = static_cast<uint16_t>(h + delta);
+                if (c == best_h) continue;
+                const float e = levels(c, q, x);
+                if (e < best) {
+                    best = e;
+                    best_h = c;
+                    std::memcpy(b[i].qs, q, sizeof q);
+                    improved = true;
+                }
+            }
+            if (!improved) break;
+        }
+        b[i].d = best_h;
     }
 }
 
