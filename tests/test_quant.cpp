@@ -7,9 +7,12 @@
 // byte, nibble, high bits, scale) instead of the implementation's block loops; the literal cases were computed
 // by hand.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <vector>
 
@@ -17,6 +20,7 @@
 #include "quant/quant.h"
 #include "util/error.h"
 #include "util/half.h"
+#include "util/mmap.h"
 
 using namespace clef;
 
@@ -237,6 +241,10 @@ TEST(Quant, QuantMatrixMaps) {
             ASSERT_EQ(row16[c], f32_to_bf16(want)) << r << "," << c;
         }
     }
+    // drop_pages is a no-op on heap data (file_mapped false): the rows stay.
+    m.drop_pages();
+    m.row_f32(0, row.data());
+    EXPECT_EQ(row[0], all[m.row_map[0] * cols + m.col_map[0] * 16]);
     EXPECT_THROW(m.row_f32(rows, row.data()), Error);
     EXPECT_THROW(m.row_f32(-1, row.data()), Error);
     QuantMatrix bad = m;
@@ -249,6 +257,41 @@ TEST(Quant, QuantMatrixMaps) {
     bad.cols = 48;  // not whole q8_0 blocks of 32
     bad.col_map.clear();
     EXPECT_THROW(bad.validate("bad"), Error);
+}
+
+// A file-mapped matrix reads the same rows after its pages were dropped (they are faulted back in from the
+// file).
+TEST(Quant, QuantMatrixDropPagesOfAMapping) {
+    std::mt19937 rng(9);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    const int64_t rows = 512, cols = 1024;  // 1.1 MB of q8_0: several whole pages
+    std::vector<float> x(rows * cols);
+    for (auto& v : x) v = nd(rng);
+    std::vector<uint8_t> q(rows *
+                           ggml_row_bytes(ggml_type_traits(static_cast<uint32_t>(GgmlType::Q8_0)), cols));
+    quantize_row(GgmlType::Q8_0, x.data(), q.data(), rows * cols);
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("clef-test-quant-" + std::to_string(::getpid()) + ".bin"))
+            .string();
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(q.data()), static_cast<std::streamsize>(q.size()));
+    auto file = std::make_shared<MappedFile>(MappedFile::open(path));
+    std::filesystem::remove(path);
+    QuantMatrix m;
+    m.type = GgmlType::Q8_0;
+    m.data = file->data();
+    m.rows = rows;
+    m.cols = cols;
+    m.owner = file;
+    m.file_mapped = true;
+    std::vector<float> before(rows * cols), after(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) m.row_f32(r, before.data() + r * cols);
+    m.drop_pages();
+    for (int64_t r = 0; r < rows; ++r) m.row_f32(r, after.data() + r * cols);
+    EXPECT_EQ(before, after);
+    std::vector<float> want(rows * cols);
+    dequantize_ref(GgmlType::Q8_0, q.data(), want.data(), rows * cols);
+    EXPECT_EQ(after, want);
 }
 
 TEST(Quant, HandBuiltBlocks) {

@@ -144,6 +144,7 @@ public:
                 for (int64_t i = 0; i < n; ++i) m.row_bf16(r0 + i, out + i * m.cols);
             },
             rows_, cols_);
+        m.drop_pages();  // packed: the mapped blocks need not stay resident (re-faulted if read again)
     }
     explicit Linear(const TensorView& t) : rows_(t.shape[0]), cols_(t.shape[1]) {
         const bool aligned = reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0;

@@ -305,6 +305,7 @@ QuantMatrix hf_matrix(const std::shared_ptr<GgufFile>& f, const GgufTensorInfo& 
     q.rows = static_cast<int64_t>(t.n_rows());
     q.cols = static_cast<int64_t>(t.row_length());
     q.owner = f;
+    q.file_mapped = true;  // GgufFile maps the file read-only
     if (xf == Xf::None) return q;
     if (g.hk <= 0 || g.hv % g.hk != 0)
         throw Error(f->path() + ": value heads are not a multiple of key heads");

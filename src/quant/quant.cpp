@@ -2,6 +2,9 @@
 // gcc 12 reports its own intrinsics (_mm512_undefined_* self-initialisation) as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -775,6 +778,16 @@ void matrix_row(const QuantMatrix& m, int64_t r, T* dst, RowFn row) {
 }
 
 }  // namespace
+
+void QuantMatrix::drop_pages() const {
+    if (!file_mapped || !data) return;
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+    const uintptr_t end =
+        (reinterpret_cast<uintptr_t>(data) + static_cast<uint64_t>(rows) * row_bytes()) / page * page;
+    // Advice only: on failure the pages simply stay resident.
+    if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
 
 void QuantMatrix::row_f32(int64_t r, float* dst) const { matrix_row(*this, r, dst, dequantize_row_f32); }
 void QuantMatrix::row_bf16(int64_t r, uint16_t* dst) const { matrix_row(*this, r, dst, dequantize_row_bf16); }

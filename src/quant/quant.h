@@ -101,11 +101,17 @@ struct QuantMatrix {
     int64_t col_group = 0;
     std::vector<int64_t> col_map;  // empty: identity
     std::shared_ptr<const void> owner;
+    // data lies in a read-only file mapping: drop_pages() may release its pages (they are re-read on use).
+    bool file_mapped = false;
 
     uint64_t row_bytes() const { return ggml_row_bytes(ggml_type_traits(static_cast<uint32_t>(type)), cols); }
     // Logical row r as fp32 / bf16 (cols values). Throws clef::Error for r outside [0, rows).
     void row_f32(int64_t r, float* dst) const;
     void row_bf16(int64_t r, uint16_t* dst) const;
+    // Releases the whole pages of the matrix from this process's resident set (madvise MADV_DONTNEED) when it
+    // is file_mapped, e.g. once it has been packed; a later read faults them back in from the page cache.
+    // No-op otherwise.
+    void drop_pages() const;
     // Checks type, sizes and maps (clef::Error naming `what`).
     void validate(const std::string& what) const;
 };
