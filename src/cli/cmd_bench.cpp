@@ -277,9 +277,10 @@ void add_bench_command(CLI::App& app) {
                                        "image (JSON line)");
     cmd->add_option("--model", args->model, "Model directory (publisher layout) or GGUF file")->required();
     CLI::Option* tokens = cmd->add_option("--tokens", args->tokens, "Prompt tokens")->capture_default_str();
-    cmd->add_option("--repeat", args->repeat, "Timed decisions (best and median are reported)")
+    cmd->add_option("--repeat", args->repeat,
+                    "Timed runs: decisions, or images with --image (best and median are reported)")
         ->capture_default_str();
-    cmd->add_option("--warmup", args->warmup, "Untimed decisions first")->capture_default_str();
+    cmd->add_option("--warmup", args->warmup, "Untimed runs first")->capture_default_str();
     cmd->add_option("--threads", args->threads, "Kernel threads (0 = OMP_NUM_THREADS or the physical cores)")
         ->capture_default_str();
     cmd->add_option("--precision", args->precision, "Projection activations: exact (fp32-accurate) or bf16")
