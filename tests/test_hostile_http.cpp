@@ -21,6 +21,7 @@
 
 #include "decision/engine.h"
 #include "server/server.h"
+#include "test_util.h"
 #include "util/json.h"
 
 using namespace clef;
@@ -66,7 +67,7 @@ public:
     int port() const { return server_->port(); }
     httplib::Client client() const {
         httplib::Client c("127.0.0.1", port());
-        c.set_read_timeout(20, 0);
+        c.set_read_timeout(static_cast<time_t>(20 * clef::testing::kTimeScale), 0);
         return c;
     }
 

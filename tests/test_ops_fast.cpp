@@ -39,6 +39,7 @@ TEST(ExpPoly, MatchesStdExp) {
     EXPECT_EQ(ops::exp_poly(-std::numeric_limits<float>::infinity()), 0.f);
     EXPECT_EQ(ops::exp_poly(-100.f), 0.f);
     EXPECT_EQ(ops::exp_poly(0.f), 1.f);
+    EXPECT_TRUE(std::isnan(ops::exp_poly(std::numeric_limits<float>::quiet_NaN())));  // NaN outputs stay visible
 }
 
 TEST(FusedOps, ElementwiseMatchScalar) {

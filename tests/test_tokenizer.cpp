@@ -176,13 +176,12 @@ TEST_F(tokenizer, LoadDispatch) {
     EXPECT_THROW(Tokenizer::load(kTok + "/llama-vocab"), clef::Error);  // directory without tokenizer.json
 }
 
-TEST_F(tokenizer, LoadTimeQwen3Json) {
+TEST_F(tokenizer, LoadQwen3Json) {
     const auto t0 = std::chrono::steady_clock::now();
     Tokenizer t = Tokenizer::from_hf_json(kQwen3Json);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_EQ(t.vocab_size(), 151669u);
-    RecordProperty("load_seconds", std::to_string(s));
-    EXPECT_LT(s, 2.0) << "loading the 11 MB tokenizer.json took " << s << " s";  // generous for slow CI
+    RecordProperty("load_seconds", std::to_string(s));  // speed itself is bench_tokenizer's business
 }
 
 // ---------------------------------------------------------------------------------------------------------

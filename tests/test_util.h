@@ -15,6 +15,19 @@
 
 namespace clef::testing {
 
+// Sanitizer builds run several times slower: the waits that bound a behaviour (not a speed) stretch by this.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr double kTimeScale = 4.0;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr double kTimeScale = 4.0;
+#else
+inline constexpr double kTimeScale = 1.0;
+#endif
+#else
+inline constexpr double kTimeScale = 1.0;
+#endif
+
 inline std::string data_path(const std::string& rel) { return std::string(CLEF_TEST_DATA) + "/" + rel; }
 
 inline std::string read_file(const std::string& path) {

@@ -45,10 +45,13 @@ void attention(const float* q, int64_t q_stride, const float* k, int64_t k_strid
 // (an AVX-512 clone chosen at run time, a baseline clone elsewhere); the tests compare the pairs.
 
 // exp(x) in fp32 without libm: Cody-Waite range reduction and a degree-7 polynomial (Cephes coefficients),
-// within 2 ulp of std::exp for x in [-87.3, 88.3]; 0 below, clamped to exp(88.38) above. Vectorises.
+// within 2 ulp of std::exp for x in [-87.3, 88.3]; 0 below, clamped to exp(88.38) above, NaN for NaN.
+// Vectorises.
 inline float exp_poly(float x) {
     const float xc = x < -87.3365f ? -87.3365f : (x > 88.3762f ? 88.3762f : x);
-    const float n = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round to nearest
+    // NaN stays NaN through y below; the exponent is computed from 0 then, so the int conversion is defined.
+    const float xe = xc == xc ? xc : 0.f;
+    const float n = (xe * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round to nearest
     float r = xc - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
     float y = 1.9875691500e-4f;

@@ -40,6 +40,11 @@ kill -TERM "$pid"
 server_status=0
 wait "$pid" || server_status=$?
 trap - EXIT
+if [ "$server_status" -ne 0 ]; then
+  tail -n 60 "$log"  # e.g. a sanitizer report
+  rm -f "$log"
+  echo "clef serve exited with $server_status after SIGTERM"
+  exit 1
+fi
 rm -f "$log"
-if [ "$server_status" -ne 0 ]; then echo "clef serve exited with $server_status after SIGTERM"; exit 1; fi
 exit "$status"

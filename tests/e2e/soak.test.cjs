@@ -153,5 +153,8 @@ test(`soak: ${CONNECTIONS} connections for ${SECONDS} s`, { timeout: (SECONDS + 
   assert.equal(mismatches, 0);
   assert.equal(unexpected, 0);
   for (const s of Object.keys(counts)) assert.ok(!(Number(s) >= 500 && Number(s) !== 529), `status ${s}`);
-  if (!Number.isNaN(rssStart)) assert.ok(rssEnd < rssStart + 64, `RSS grew from ${rssStart} to ${rssEnd} MiB`);
+  // Under AddressSanitizer the allocator's quarantine grows the RSS by design; LeakSanitizer checks leaks there
+  // (at the server's exit, which run_with_server.sh requires to be clean).
+  if (!Number.isNaN(rssStart) && !process.env.CLEF_TEST_SANITIZED)
+    assert.ok(rssEnd < rssStart + 64, `RSS grew from ${rssStart} to ${rssEnd} MiB`);
 });
