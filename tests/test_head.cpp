@@ -22,6 +22,7 @@
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "ops/basic.h"
+#include "quant/quant.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
@@ -314,6 +315,33 @@ TEST_F(HeadTest, F32HeadFileGivesSameLogits) {
     const CaseInput in = case_input(find_case("basic_mixed"));
     EXPECT_EQ(h32.logits(in.hidden.data(), in.T, in.ids, in.questions),
               head_->logits(in.hidden.data(), in.T, in.ids, in.questions));
+}
+
+// A quantised lm_head (QuantMatrix, as a GGUF model passes it): the same logits, bit for bit, as the
+// TensorView head over the dequantised table written as F32; a table of the wrong width is refused.
+TEST_F(HeadTest, QuantMatrixLmHeadGivesSameLogits) {
+    const std::vector<float> lm = lm_head().to_f32();
+    const int64_t rows = lm_head().shape[0], cols = lm_head().shape[1];
+    std::vector<uint8_t> q(rows *
+                           ggml_row_bytes(ggml_type_traits(static_cast<uint32_t>(GgmlType::Q8_0)), cols));
+    quantize_row(GgmlType::Q8_0, lm.data(), q.data(), rows * cols);
+    OutTensor deq{"lm_head.weight", {rows, cols}, std::vector<float>(lm.size())};
+    dequantize_ref(GgmlType::Q8_0, q.data(), deq.data.data(), rows * cols);
+    const std::string path = (tmp_ / "lm_head_q8_dequantised.safetensors").string();
+    write_safetensors(path, {deq});
+    const SafetensorsFile f = SafetensorsFile::open(path);
+    QuantMatrix m;
+    m.type = GgmlType::Q8_0;
+    m.data = q.data();
+    m.rows = rows;
+    m.cols = cols;
+    const JointHead hq(cfg_, *head_file_, m), hf(cfg_, *head_file_, *f.find("lm_head.weight"));
+    EXPECT_EQ(hq.vocab_size(), rows);
+    const CaseInput in = case_input(find_case("basic_mixed"));
+    EXPECT_EQ(hq.logits(in.hidden.data(), in.T, in.ids, in.questions),
+              hf.logits(in.hidden.data(), in.T, in.ids, in.questions));
+    m.cols = 32;  // not the hidden size
+    expect_error([&] { JointHead(cfg_, *head_file_, m); }, {"lm_head", "32 columns", "hidden_size 64"});
 }
 
 TEST_F(HeadTest, DoctoredHeadFilesAreRefused) {

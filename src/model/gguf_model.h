@@ -88,7 +88,7 @@ struct GgufModel {
     std::unique_ptr<Checkpoint> weights;         // model.language_model.* and lm_head.weight, HF names
     QuantTensors matrices;                       // quantised backbone matrices (not in weights), HF names
     std::unique_ptr<SafetensorsFile> head;       // joint head, HF names (absent without a head)
-    std::map<std::string, uint64_t> tensors_per_type;  // ggml type name -> count (for `clef info`)
+    std::map<std::string, uint64_t> tensors_per_type;  // ggml type name -> count
 };
 
 // Loads a GGUF. For a qwen35 (backbone-only) file the head comes from head_dir (joint_head.safetensors +
