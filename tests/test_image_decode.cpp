@@ -19,8 +19,8 @@
 #include "image/decode.h"
 #include "image/sha256.h"
 #include "image/source.h"
-#include "util/json.h"
 #include "test_util.h"
+#include "util/json.h"
 
 using namespace clef;
 
@@ -30,7 +30,9 @@ const std::string kModel = std::string(CLEF_TEST_DATA) + "/tiny-clef";
 
 using clef::testing::read_file;
 
-const JsonValue& image_cases() { return clef::testing::tiny_image_cases(); }
+const JsonValue& image_cases() {
+    return clef::testing::tiny_image_cases();
+}
 
 std::string file_bytes(const std::string& name) {
     return read_file(kModel + "/images/" + name);
@@ -322,15 +324,11 @@ TEST(ImageSource, MalformedInputs) {
 
 TEST(ImageDecode, FixtureImagesMatchPillow) {
     int n = 0;
-    for (const auto& c : image_cases().items()) {
-        const JsonValue* imgs = c.find("images");
-        if (!imgs) continue;
-        const auto& req_images = c.find("request")->find("images")->items();
-        for (const auto& im : imgs->items()) {
+    clef::testing::for_each_fixture_image(
+        [&](const JsonValue& c, const JsonValue& im, const JsonValue& req_image) {
             const std::string file = im.find("file")->as_string();
             SCOPED_TRACE(c.find("name")->as_string() + " " + file);
-            const size_t idx = static_cast<size_t>(im.find("index")->as_int64());
-            const ImageSource src = parse_image_source(req_images[idx]);
+            const ImageSource src = parse_image_source(req_image);
             EXPECT_EQ(image_source_form_name(src.form), im.find("source_form")->as_string());
             EXPECT_EQ(src.bytes, read_file(kModel + "/" + file));
             EXPECT_EQ(sha256_hex(src.bytes), im.find("file_sha256")->as_string());
@@ -351,8 +349,7 @@ TEST(ImageDecode, FixtureImagesMatchPillow) {
             EXPECT_EQ(diff, 0u) << "bytes differing from Pillow";
             EXPECT_EQ(rgb_sha(d.rgb), im.find("decoded_rgb_sha256")->as_string());
             ++n;
-        }
-    }
+        });
     EXPECT_EQ(n, 7);  // the 7 images of the 5 answered cases
 }
 

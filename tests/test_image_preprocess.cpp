@@ -13,8 +13,8 @@
 #include "image/preprocess.h"
 #include "image/resize.h"
 #include "image/sha256.h"
-#include "util/json.h"
 #include "test_util.h"
+#include "util/json.h"
 
 using namespace clef;
 
@@ -24,7 +24,9 @@ const std::string kModel = std::string(CLEF_TEST_DATA) + "/tiny-clef";
 
 using clef::testing::read_file;
 
-const JsonValue& image_cases() { return clef::testing::tiny_image_cases(); }
+const JsonValue& image_cases() {
+    return clef::testing::tiny_image_cases();
+}
 
 const ImageProcessorConfig& tiny_processor() {
     static const ImageProcessorConfig c = load_image_processor_config(kModel + "/processor_config.json");
@@ -147,70 +149,64 @@ TEST(Resize, WeightsAndIdentity) {
 TEST(ImagePreprocess, FixtureImagesMatchTheReference) {
     const ImageProcessorConfig& cfg = tiny_processor();
     int n = 0;
-    for (const auto& c : image_cases().items()) {
-        const JsonValue* imgs = c.find("images");
-        if (!imgs) continue;
-        for (const auto& im : imgs->items()) {
-            SCOPED_TRACE(c.find("name")->as_string() + " " + im.find("file")->as_string());
-            const RgbImage rgb = rgb_from_b64(im.find("decoded_rgb_base64")->as_string(),
-                                              hw(im, "decoded_size_hw", 0), hw(im, "decoded_size_hw", 1));
-            const ProcessedImage p = process_image(rgb, cfg);
-            EXPECT_EQ(p.resized.height, hw(im, "resized_size_hw", 0));
-            EXPECT_EQ(p.resized.width, hw(im, "resized_size_hw", 1));
-            EXPECT_EQ(resize_branch_name(p.branch), im.find("resize_branch")->as_string());
-            const JsonValue* prec = im.find("resize_weights_precision_hw");
-            const int axis_in[2] = {rgb.height, rgb.width}, axis_out[2] = {p.resized.height, p.resized.width};
-            for (int a = 0; a < 2; ++a) {
-                const JsonValue& want = prec->items()[a];
-                if (axis_in[a] == axis_out[a]) {
-                    EXPECT_TRUE(want.is_null()) << "axis " << a;  // skipped axis
-                } else {
-                    EXPECT_EQ(bicubic_aa_weights(axis_in[a], axis_out[a]).precision, want.as_int64())
-                        << "axis " << a;
-                }
+    clef::testing::for_each_fixture_image([&](const JsonValue& c, const JsonValue& im, const JsonValue&) {
+        SCOPED_TRACE(c.find("name")->as_string() + " " + im.find("file")->as_string());
+        const RgbImage rgb = rgb_from_b64(im.find("decoded_rgb_base64")->as_string(),
+                                          hw(im, "decoded_size_hw", 0), hw(im, "decoded_size_hw", 1));
+        const ProcessedImage p = process_image(rgb, cfg);
+        EXPECT_EQ(p.resized.height, hw(im, "resized_size_hw", 0));
+        EXPECT_EQ(p.resized.width, hw(im, "resized_size_hw", 1));
+        EXPECT_EQ(resize_branch_name(p.branch), im.find("resize_branch")->as_string());
+        const JsonValue* prec = im.find("resize_weights_precision_hw");
+        const int axis_in[2] = {rgb.height, rgb.width}, axis_out[2] = {p.resized.height, p.resized.width};
+        for (int a = 0; a < 2; ++a) {
+            const JsonValue& want = prec->items()[a];
+            if (axis_in[a] == axis_out[a]) {
+                EXPECT_TRUE(want.is_null()) << "axis " << a;  // skipped axis
+            } else {
+                EXPECT_EQ(bicubic_aa_weights(axis_in[a], axis_out[a]).precision, want.as_int64())
+                    << "axis " << a;
             }
-            const RgbImage want =
-                rgb_from_b64(im.find("resized_rgb_base64")->as_string(), p.resized.height, p.resized.width);
-            size_t diff = 0;
-            for (size_t i = 0; i < want.pixels.size(); ++i) diff += want.pixels[i] != p.resized.pixels[i];
-            EXPECT_EQ(diff, 0u) << "resized bytes differing from the PyTorch kernel";
-            EXPECT_EQ(sha256_hex(p.resized.pixels.data(), p.resized.pixels.size()),
-                      im.find("resized_rgb_sha256")->as_string());
-
-            EXPECT_EQ(p.grid_t, hw(im, "grid_thw", 0));
-            EXPECT_EQ(p.grid_h, hw(im, "grid_thw", 1));
-            EXPECT_EQ(p.grid_w, hw(im, "grid_thw", 2));
-            EXPECT_EQ(p.merged_h, hw(im, "merged_grid_hw", 0));
-            EXPECT_EQ(p.merged_w, hw(im, "merged_grid_hw", 1));
-            EXPECT_EQ(p.num_tokens(), im.find("num_image_tokens")->as_int64());
-
-            const std::vector<float> pv = pixel_values(p, cfg);
-            const JsonValue& ref = *im.find("pixel_values");
-            const int64_t rows = ref.find("shape")->items()[0].as_int64();
-            const int64_t cols = ref.find("shape")->items()[1].as_int64();
-            ASSERT_EQ(static_cast<int64_t>(pv.size()), rows * cols);
-            EXPECT_EQ(cols, cfg.patch_dim());
-            EXPECT_EQ(sha256_hex(pv.data(), pv.size() * sizeof(float)),
-                      ref.find("sha256_f32le")->as_string());
-            double sum = 0, sq = 0;
-            for (float v : pv) {
-                sum += v;
-                sq += static_cast<double>(v) * v;
-            }
-            EXPECT_NEAR(sum, ref.find("sum")->as_double(), 1e-9 * std::max(1.0, std::abs(sum)));
-            EXPECT_NEAR(sq, ref.find("sum_of_squares")->as_double(), 1e-9 * sq);
-            const std::pair<const char*, int64_t> check_rows[] = {
-                {"row_0", 0}, {"row_1", 1}, {"row_last", rows - 1}};
-            for (const auto& [key, r] : check_rows) {
-                const auto& want_row = ref.find(key)->items();
-                ASSERT_EQ(static_cast<int64_t>(want_row.size()), cols);
-                for (int64_t j = 0; j < cols; ++j)
-                    ASSERT_EQ(pv[static_cast<size_t>(r * cols + j)],
-                              static_cast<float>(want_row[j].as_double()))
-                        << key << " col " << j;
-            }
-            ++n;
         }
-    }
+        const RgbImage want =
+            rgb_from_b64(im.find("resized_rgb_base64")->as_string(), p.resized.height, p.resized.width);
+        size_t diff = 0;
+        for (size_t i = 0; i < want.pixels.size(); ++i) diff += want.pixels[i] != p.resized.pixels[i];
+        EXPECT_EQ(diff, 0u) << "resized bytes differing from the PyTorch kernel";
+        EXPECT_EQ(sha256_hex(p.resized.pixels.data(), p.resized.pixels.size()),
+                  im.find("resized_rgb_sha256")->as_string());
+
+        EXPECT_EQ(p.grid_t, hw(im, "grid_thw", 0));
+        EXPECT_EQ(p.grid_h, hw(im, "grid_thw", 1));
+        EXPECT_EQ(p.grid_w, hw(im, "grid_thw", 2));
+        EXPECT_EQ(p.merged_h, hw(im, "merged_grid_hw", 0));
+        EXPECT_EQ(p.merged_w, hw(im, "merged_grid_hw", 1));
+        EXPECT_EQ(p.num_tokens(), im.find("num_image_tokens")->as_int64());
+
+        const std::vector<float> pv = pixel_values(p, cfg);
+        const JsonValue& ref = *im.find("pixel_values");
+        const int64_t rows = ref.find("shape")->items()[0].as_int64();
+        const int64_t cols = ref.find("shape")->items()[1].as_int64();
+        ASSERT_EQ(static_cast<int64_t>(pv.size()), rows * cols);
+        EXPECT_EQ(cols, cfg.patch_dim());
+        EXPECT_EQ(sha256_hex(pv.data(), pv.size() * sizeof(float)), ref.find("sha256_f32le")->as_string());
+        double sum = 0, sq = 0;
+        for (float v : pv) {
+            sum += v;
+            sq += static_cast<double>(v) * v;
+        }
+        EXPECT_NEAR(sum, ref.find("sum")->as_double(), 1e-9 * std::max(1.0, std::abs(sum)));
+        EXPECT_NEAR(sq, ref.find("sum_of_squares")->as_double(), 1e-9 * sq);
+        const std::pair<const char*, int64_t> check_rows[] = {
+            {"row_0", 0}, {"row_1", 1}, {"row_last", rows - 1}};
+        for (const auto& [key, r] : check_rows) {
+            const auto& want_row = ref.find(key)->items();
+            ASSERT_EQ(static_cast<int64_t>(want_row.size()), cols);
+            for (int64_t j = 0; j < cols; ++j)
+                ASSERT_EQ(pv[static_cast<size_t>(r * cols + j)], static_cast<float>(want_row[j].as_double()))
+                    << key << " col " << j;
+        }
+        ++n;
+    });
     EXPECT_EQ(n, 7);
 }

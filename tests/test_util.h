@@ -1,5 +1,5 @@
-// Helpers shared by the test programs: test data paths, file reading, the tiny-clef fixture cases, structural JSON
-// comparison with a numeric tolerance, and running the clef binary.
+// Helpers shared by the test programs: test data paths, file reading, the tiny-clef fixture cases, structural
+// JSON comparison with a numeric tolerance, and running the clef binary.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -28,7 +28,9 @@ inline constexpr double kTimeScale = 1.0;
 inline constexpr double kTimeScale = 1.0;
 #endif
 
-inline std::string data_path(const std::string& rel) { return std::string(CLEF_TEST_DATA) + "/" + rel; }
+inline std::string data_path(const std::string& rel) {
+    return std::string(CLEF_TEST_DATA) + "/" + rel;
+}
 
 inline std::string read_file(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
@@ -40,7 +42,8 @@ inline std::string read_file(const std::string& path) {
 
 // tests/data/tiny-clef/cases.json, parsed once per test program.
 inline const JsonValue& tiny_cases() {
-    static const JsonValue doc = parse_json_or_throw(read_file(data_path("tiny-clef/cases.json")), "cases.json");
+    static const JsonValue doc =
+        parse_json_or_throw(read_file(data_path("tiny-clef/cases.json")), "cases.json");
     return *doc.find("cases");
 }
 
@@ -57,6 +60,19 @@ inline const JsonValue& tiny_image_cases() {
     return *doc.find("cases");
 }
 
+// Calls fn(fixture case, image entry, the request's image JSON) for every image the image cases describe, in
+// order (cases without an "images" entry are the error cases).
+template <class Fn>
+void for_each_fixture_image(Fn&& fn) {
+    for (const auto& c : tiny_image_cases().items()) {
+        const JsonValue* imgs = c.find("images");
+        if (!imgs) continue;
+        const auto& req_images = c.find("request")->find("images")->items();
+        for (const auto& im : imgs->items())
+            fn(c, im, req_images[static_cast<size_t>(im.find("index")->as_int64())]);
+    }
+}
+
 // A [begin, end) pair from the fixture's JSON.
 inline std::pair<int, int> span_of(const JsonValue& arr) {
     return {static_cast<int>(arr.items()[0].as_int64()), static_cast<int>(arr.items()[1].as_int64())};
@@ -69,7 +85,8 @@ inline bool parse_case_request(const JsonValue& c, DecisionRequest& req, std::ve
 }
 
 // Same kinds, same keys in the same order, strings exact, numbers within tol.
-inline void expect_json_near(const JsonValue& got, const JsonValue& want, double tol, const std::string& path) {
+inline void expect_json_near(const JsonValue& got, const JsonValue& want, double tol,
+                             const std::string& path) {
     if (want.is_number()) {
         ASSERT_TRUE(got.is_number()) << path;
         EXPECT_NEAR(got.as_double(), want.as_double(), tol) << path;

@@ -213,14 +213,10 @@ TEST(Vision, ProbeStageByStage) {
 TEST(Vision, EveryImageOutputWithinTolerance) {
     int n = 0;
     double worst = 0;
-    for (const auto& c : image_cases().items()) {
-        const JsonValue* imgs = c.find("images");
-        if (!imgs) continue;
-        const auto& req_images = c.find("request")->find("images")->items();
-        for (const auto& im : imgs->items()) {
+    clef::testing::for_each_fixture_image(
+        [&](const JsonValue& c, const JsonValue& im, const JsonValue& req_image) {
             const std::string what = c.find("name")->as_string() + " " + im.find("file")->as_string();
-            const ProcessedImage img =
-                process_request_image(req_images[static_cast<size_t>(im.find("index")->as_int64())]);
+            const ProcessedImage img = process_request_image(req_image);
             const std::vector<float> pv = pixel_values(img, processor());
             EXPECT_EQ(sha256_hex(pv.data(), pv.size() * sizeof(float)),
                       im.find("pixel_values")->find("sha256_f32le")->as_string())
@@ -232,8 +228,7 @@ TEST(Vision, EveryImageOutputWithinTolerance) {
             std::printf("  %-50s vision_output max |diff| %.3g\n", what.c_str(), d);
             worst = std::max(worst, d);
             ++n;
-        }
-    }
+        });
     EXPECT_EQ(n, 7);
     std::printf("  worst vision_output max |diff| over %d images: %.3g\n", n, worst);
 }
@@ -243,45 +238,39 @@ TEST(Vision, FastPathMatchesTheReferenceStageByStage) {
     EXPECT_TRUE(reference_tower().reference());
     double worst = 0;
     int n = 0;
-    for (const auto& c : image_cases().items()) {
-        const JsonValue* imgs = c.find("images");
-        if (!imgs) continue;
-        const auto& req_images = c.find("request")->find("images")->items();
-        for (const auto& im : imgs->items()) {
-            const std::string what = c.find("name")->as_string() + " " + im.find("file")->as_string();
-            const ProcessedImage img =
-                process_request_image(req_images[static_cast<size_t>(im.find("index")->as_int64())]);
-            const std::vector<float> pv = pixel_values(img, processor());
-            VisionTrace fast, ref;
-            const std::vector<float> out_fast =
-                tower().forward(pv.data(), img.grid_t, img.grid_h, img.grid_w, &fast);
-            const std::vector<float> out_ref =
-                reference_tower().forward(pv.data(), img.grid_t, img.grid_h, img.grid_w, &ref);
-            auto check = [&](const std::vector<float>& a, const std::vector<float>& b,
-                             const std::string& stage) {
-                const double d = max_diff(a, b, what + " " + stage);
-                EXPECT_LE(d, kFastTol) << what << " " << stage;
-                worst = std::max(worst, d);
-            };
-            check(fast.patch_embed, ref.patch_embed, "patch_embed");
-            check(fast.embeddings, ref.embeddings, "embeddings");
-            ASSERT_EQ(fast.blocks.size(), ref.blocks.size());
-            for (size_t l = 0; l < ref.blocks.size(); ++l) {
-                const std::string p = "blocks." + std::to_string(l) + ".";
-                check(fast.blocks[l].norm1, ref.blocks[l].norm1, p + "norm1");
-                check(fast.blocks[l].q_rope, ref.blocks[l].q_rope, p + "q_rope");
-                check(fast.blocks[l].k_rope, ref.blocks[l].k_rope, p + "k_rope");
-                check(fast.blocks[l].v, ref.blocks[l].v, p + "v");
-                check(fast.blocks[l].attn, ref.blocks[l].attn, p + "attn");
-                check(fast.blocks[l].attn_out, ref.blocks[l].attn_out, p + "attn_out");
-                check(fast.blocks[l].mlp_out, ref.blocks[l].mlp_out, p + "mlp_out");
-                check(fast.blocks[l].block_out, ref.blocks[l].block_out, p + "block_out");
-            }
-            check(fast.merger_fc1_gelu, ref.merger_fc1_gelu, "merger_fc1_gelu");
-            check(out_fast, out_ref, "merged");
-            ++n;
+    clef::testing::for_each_fixture_image([&](const JsonValue& c, const JsonValue& im,
+                                              const JsonValue& req_image) {
+        const std::string what = c.find("name")->as_string() + " " + im.find("file")->as_string();
+        const ProcessedImage img = process_request_image(req_image);
+        const std::vector<float> pv = pixel_values(img, processor());
+        VisionTrace fast, ref;
+        const std::vector<float> out_fast =
+            tower().forward(pv.data(), img.grid_t, img.grid_h, img.grid_w, &fast);
+        const std::vector<float> out_ref =
+            reference_tower().forward(pv.data(), img.grid_t, img.grid_h, img.grid_w, &ref);
+        auto check = [&](const std::vector<float>& a, const std::vector<float>& b, const std::string& stage) {
+            const double d = max_diff(a, b, what + " " + stage);
+            EXPECT_LE(d, kFastTol) << what << " " << stage;
+            worst = std::max(worst, d);
+        };
+        check(fast.patch_embed, ref.patch_embed, "patch_embed");
+        check(fast.embeddings, ref.embeddings, "embeddings");
+        ASSERT_EQ(fast.blocks.size(), ref.blocks.size());
+        for (size_t l = 0; l < ref.blocks.size(); ++l) {
+            const std::string p = "blocks." + std::to_string(l) + ".";
+            check(fast.blocks[l].norm1, ref.blocks[l].norm1, p + "norm1");
+            check(fast.blocks[l].q_rope, ref.blocks[l].q_rope, p + "q_rope");
+            check(fast.blocks[l].k_rope, ref.blocks[l].k_rope, p + "k_rope");
+            check(fast.blocks[l].v, ref.blocks[l].v, p + "v");
+            check(fast.blocks[l].attn, ref.blocks[l].attn, p + "attn");
+            check(fast.blocks[l].attn_out, ref.blocks[l].attn_out, p + "attn_out");
+            check(fast.blocks[l].mlp_out, ref.blocks[l].mlp_out, p + "mlp_out");
+            check(fast.blocks[l].block_out, ref.blocks[l].block_out, p + "block_out");
         }
-    }
+        check(fast.merger_fc1_gelu, ref.merger_fc1_gelu, "merger_fc1_gelu");
+        check(out_fast, out_ref, "merged");
+        ++n;
+    });
     EXPECT_EQ(n, 7);
     std::printf("  fast vs reference: worst max |diff| over %d images, every stage: %.3g\n", n, worst);
 }
