@@ -30,9 +30,6 @@ const std::string kModel = std::string(CLEF_TEST_DATA) + "/tiny-clef";
 
 using clef::testing::read_file;
 
-const JsonValue& image_cases() {
-    return clef::testing::tiny_image_cases();
-}
 
 std::string file_bytes(const std::string& name) {
     return read_file(kModel + "/images/" + name);

@@ -24,9 +24,6 @@ const std::string kModel = std::string(CLEF_TEST_DATA) + "/tiny-clef";
 
 using clef::testing::read_file;
 
-const JsonValue& image_cases() {
-    return clef::testing::tiny_image_cases();
-}
 
 const ImageProcessorConfig& tiny_processor() {
     static const ImageProcessorConfig c = load_image_processor_config(kModel + "/processor_config.json");
