@@ -14,6 +14,7 @@
 #include "io/model_dir.h"
 #include "model/config.h"
 #include "model/model_info.h"
+#include "test_util.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
@@ -397,21 +398,14 @@ TEST(HeadConfigErrors, All) {
 class ModelDirConfigTest : public ::testing::Test {
 protected:
     void SetUp() override {
-        std::random_device rd;
-        dir_ = fs::temp_directory_path() /
-               ("clef_test_config_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
-        fs::create_directories(dir_);
         fs::copy_file(kTiny + "/config.json", dir_ / "config.json");
         fs::copy_file(kTiny + "/joint_head_config.json", dir_ / "joint_head_config.json");
         // locate_model_dir only checks that these exist.
         for (const char* f : {"tokenizer.json", "model.safetensors", "joint_head.safetensors"})
             std::ofstream(dir_ / f) << "";
     }
-    void TearDown() override {
-        std::error_code ec;
-        fs::remove_all(dir_, ec);
-    }
-    fs::path dir_;
+    clef::testing::ScratchDir scratch_{"clef_test_config"};
+    fs::path dir_ = scratch_.path();
 };
 
 TEST_F(ModelDirConfigTest, LoadsBothConfigs) {

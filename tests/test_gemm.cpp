@@ -14,6 +14,7 @@
 #include "ops/basic.h"
 #include "ops/cpu.h"
 #include "ops/gemm.h"
+#include "test_util.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -25,12 +26,7 @@ using ops::PackedLinear;
 using ops::Precision;
 using ops::WeightType;
 
-std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.f) {
-    std::normal_distribution<float> d(0.f, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng);
-    return v;
-}
+using clef::testing::randn;
 
 std::vector<GemmBackend> backends(WeightType t) {
     std::vector<GemmBackend> out;
@@ -71,7 +67,7 @@ void check_bf16_weights(int64_t m, int64_t k, int64_t n, bool with_bias, uint32_
     ops::linear_bf16(x.data(), m, k, w.data(), n, b, ref.data());
     // Without the bias for the relative bound's denominator; the bias is exact in both.
     for (GemmBackend be : backends(WeightType::BF16)) {
-        SCOPED_TRACE(testing::Message() << name(be) << " m=" << m << " k=" << k << " n=" << n);
+        SCOPED_TRACE(::testing::Message() << name(be) << " m=" << m << " k=" << k << " n=" << n);
         PackedLinear lin({w.data(), WeightType::BF16}, n, k, be);
         EXPECT_EQ(lin.n(), n);
         EXPECT_EQ(lin.k(), k);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "io/gguf.h"
+#include "test_util.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -101,19 +102,8 @@ private:
 // Suite names start with lowercase "gguf" so that `ctest -R 'tokenizer|gguf'` selects them.
 class gguf : public ::testing::Test {
 protected:
-    void SetUp() override {
-        dir_ = std::filesystem::temp_directory_path() /
-               ("clef_gguf_test_" + std::to_string(::getpid()) + "_" +
-                ::testing::UnitTest::GetInstance()->current_test_info()->name());
-        std::filesystem::create_directories(dir_);
-    }
-    void TearDown() override { std::filesystem::remove_all(dir_); }
-
     std::string write(const std::string& name, const std::vector<unsigned char>& bytes) {
-        const std::string p = (dir_ / name).string();
-        std::ofstream f(p, std::ios::binary);
-        f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-        return p;
+        return scratch_.write(name, {reinterpret_cast<const char*>(bytes.data()), bytes.size()});
     }
 
     // Opening must fail with clef::Error naming the file and containing `needle`.
@@ -129,7 +119,8 @@ protected:
         }
     }
 
-    std::filesystem::path dir_;
+    clef::testing::ScratchDir scratch_{"clef_gguf_test"};
+    std::filesystem::path dir_ = scratch_.path();
     int counter_ = 0;
 };
 

@@ -12,17 +12,13 @@
 #include "ops/conv.h"
 #include "ops/delta_rule.h"
 #include "ops/rope.h"
+#include "test_util.h"
 #include "util/error.h"
 
 namespace clef {
 namespace {
 
-std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.f) {
-    std::normal_distribution<float> d(0.f, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng);
-    return v;
-}
+using clef::testing::randn;
 
 double max_abs(const std::vector<float>& a) {
     double m = 0;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ops/basic.h"
+#include "test_util.h"
 #include "util/half.h"
 
 using namespace clef;
@@ -16,10 +17,7 @@ namespace {
 
 std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
     std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.f, scale);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
+    return clef::testing::randn(n, rng, scale);
 }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
@@ -32,7 +30,8 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
 
 TEST(OpsBasic, LinearMatchesDouble) {
     for (auto [m, k, n] : {std::tuple{1, 1, 1}, {3, 17, 5}, {64, 64, 128}, {7, 300, 33}}) {
-        auto x = randn(static_cast<size_t>(m * k), 1), w = randn(static_cast<size_t>(n * k), 2), b = randn(n, 3);
+        auto x = randn(static_cast<size_t>(m * k), 1), w = randn(static_cast<size_t>(n * k), 2),
+             b = randn(n, 3);
         std::vector<float> y(static_cast<size_t>(m * n));
         ops::linear(x.data(), m, k, w.data(), n, b.data(), y.data());
         std::vector<double> ref(y.size());
@@ -51,7 +50,8 @@ TEST(OpsBasic, LinearMatchesDouble) {
         for (int i = 0; i < m; ++i)
             for (int j = 0; j < n; ++j) {
                 double acc = 0;
-                for (int t = 0; t < k; ++t) acc += static_cast<double>(x[i * k + t]) * bf16_to_f32(wb[j * k + t]);
+                for (int t = 0; t < k; ++t)
+                    acc += static_cast<double>(x[i * k + t]) * bf16_to_f32(wb[j * k + t]);
                 ref[i * n + j] = acc;
             }
         EXPECT_LT(max_abs_diff(y, ref), 1e-4 * std::sqrt(k));
@@ -71,7 +71,8 @@ TEST(OpsBasic, NormsMatchDouble) {
         mean /= d;
         for (int i = 0; i < d; ++i) var += (x[r * d + i] - mean) * (x[r * d + i] - mean);
         var /= d;
-        for (int i = 0; i < d; ++i) ref[r * d + i] = (x[r * d + i] - mean) / std::sqrt(var + 1e-5) * w[i] + b[i];
+        for (int i = 0; i < d; ++i)
+            ref[r * d + i] = (x[r * d + i] - mean) / std::sqrt(var + 1e-5) * w[i] + b[i];
     }
     EXPECT_LT(max_abs_diff(y, ref), 1e-5);
     // Zero-centred RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + w); plain RMSNorm: * w.
@@ -115,7 +116,8 @@ TEST(OpsBasic, AttentionMatchesNaiveDoubleLoop) {
         auto q = randn(L * qs, 7), k = randn(L * ks, 8), v = randn(L * vs, 9);
         std::vector<float> out(L * os);
         const float scale = 1.f / std::sqrt(static_cast<float>(dh));
-        ops::attention(q.data(), qs, k.data(), ks, v.data(), vs, L, L, hq, hkv, dh, scale, causal, out.data(), os);
+        ops::attention(q.data(), qs, k.data(), ks, v.data(), vs, L, L, hq, hkv, dh, scale, causal, out.data(),
+                       os);
         std::vector<double> ref(out.size());
         for (int i = 0; i < L; ++i)
             for (int h = 0; h < hq; ++h) {
@@ -125,7 +127,8 @@ TEST(OpsBasic, AttentionMatchesNaiveDoubleLoop) {
                 double mx = -1e300, sum = 0;
                 for (int j = 0; j < n; ++j) {
                     double dot = 0;
-                    for (int d = 0; d < dh; ++d) dot += static_cast<double>(q[i * qs + h * dh + d]) * k[j * ks + g * dh + d];
+                    for (int d = 0; d < dh; ++d)
+                        dot += static_cast<double>(q[i * qs + h * dh + d]) * k[j * ks + g * dh + d];
                     p[j] = dot * scale;
                     mx = std::max(mx, p[j]);
                 }

@@ -10,17 +10,13 @@
 
 #include "ops/basic.h"
 #include "ops/delta_rule.h"
+#include "test_util.h"
 #include "util/error.h"
 
 namespace clef {
 namespace {
 
-std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.f) {
-    std::normal_distribution<float> d(0.f, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng);
-    return v;
-}
+using clef::testing::randn;
 
 // max |a - b| / max(1, |b|) elementwise.
 double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
@@ -39,7 +35,8 @@ TEST(ExpPoly, MatchesStdExp) {
     EXPECT_EQ(ops::exp_poly(-std::numeric_limits<float>::infinity()), 0.f);
     EXPECT_EQ(ops::exp_poly(-100.f), 0.f);
     EXPECT_EQ(ops::exp_poly(0.f), 1.f);
-    EXPECT_TRUE(std::isnan(ops::exp_poly(std::numeric_limits<float>::quiet_NaN())));  // NaN outputs stay visible
+    EXPECT_TRUE(
+        std::isnan(ops::exp_poly(std::numeric_limits<float>::quiet_NaN())));  // NaN outputs stay visible
 }
 
 TEST(FusedOps, ElementwiseMatchScalar) {

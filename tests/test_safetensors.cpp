@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "test_util.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -54,16 +55,6 @@ std::string zeros(size_t n) {
 
 class SafetensorsTest : public ::testing::Test {
 protected:
-    void SetUp() override {
-        std::random_device rd;
-        dir_ = fs::temp_directory_path() /
-               ("clef_test_safetensors_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
-        fs::create_directories(dir_);
-    }
-    void TearDown() override {
-        std::error_code ec;
-        fs::remove_all(dir_, ec);
-    }
     std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
     // Writes `header` + `data` to name and expects SafetensorsFile::open to fail with a message that names
@@ -87,7 +78,8 @@ protected:
         }
     }
 
-    fs::path dir_;
+    clef::testing::ScratchDir scratch_{"clef_test_safetensors"};
+    fs::path dir_ = scratch_.path();
 };
 
 // ---- truncated / header length ----

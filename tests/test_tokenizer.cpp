@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode_util.h"
 #include "util/error.h"
@@ -258,19 +259,11 @@ TEST_F(tokenizer, GgufHfModeCrossCheck) {
 
 class tokenizerFiles : public ::testing::Test {
 protected:
-    void SetUp() override {
-        dir_ = std::filesystem::temp_directory_path() /
-               ("clef_tok_test_" + std::to_string(::getpid()) + "_" +
-                ::testing::UnitTest::GetInstance()->current_test_info()->name());
-        std::filesystem::create_directories(dir_);
-    }
-    void TearDown() override { std::filesystem::remove_all(dir_); }
     std::string write(const std::string& name, const std::string& content) {
-        const std::string p = (dir_ / name).string();
-        std::ofstream(p, std::ios::binary) << content;
-        return p;
+        return scratch_.write(name, content);
     }
-    std::filesystem::path dir_;
+    clef::testing::ScratchDir scratch_{"clef_tok_test"};
+    std::filesystem::path dir_ = scratch_.path();
 };
 
 // A small valid byte-level tokenizer.json, with hooks to break it.

@@ -4,11 +4,18 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "decision/request.h"
 #include "util/json.h"
@@ -39,6 +46,45 @@ inline std::string read_file(const std::string& path) {
     ss << f.rdbuf();
     return ss.str();
 }
+
+// Normally distributed test vectors (mean 0, standard deviation `scale`).
+inline std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.f) {
+    std::normal_distribution<float> d(0.f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng);
+    return v;
+}
+
+// A fresh directory under the system temp directory (unique per process and instance), removed with its
+// contents when this goes out of scope.
+class ScratchDir {
+public:
+    explicit ScratchDir(const std::string& tag) {
+        static std::atomic<int> counter{0};
+        dir_ = std::filesystem::temp_directory_path() /
+               (tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + "_" +
+                std::to_string(std::random_device{}()));
+        std::filesystem::create_directories(dir_);
+    }
+    ~ScratchDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(dir_, ec);
+    }
+    ScratchDir(const ScratchDir&) = delete;
+    ScratchDir& operator=(const ScratchDir&) = delete;
+
+    const std::filesystem::path& path() const { return dir_; }
+    std::string file(const std::string& name) const { return (dir_ / name).string(); }
+    // Writes `bytes` to the file `name` in this directory and returns its path.
+    std::string write(const std::string& name, std::string_view bytes) const {
+        const std::string p = file(name);
+        std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        return p;
+    }
+
+private:
+    std::filesystem::path dir_;
+};
 
 // tests/data/tiny-clef/cases.json, parsed once per test program.
 inline const JsonValue& tiny_cases() {
