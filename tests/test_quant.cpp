@@ -7,17 +7,15 @@
 // byte, nibble, high bits, scale) instead of the implementation's block loops; the literal cases were computed
 // by hand.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <random>
 #include <vector>
 
 #include "model/gguf_model.h"
 #include "quant/quant.h"
+#include "test_util.h"
 #include "util/error.h"
 #include "util/half.h"
 #include "util/mmap.h"
@@ -211,10 +209,8 @@ TEST(Quant, SimdMatchesScalar) {
 // matrix; bad maps and rows are refused.
 TEST(Quant, QuantMatrixMaps) {
     std::mt19937 rng(5);
-    std::normal_distribution<float> nd(0.f, 1.f);
     const int64_t rows = 6, cols = 64;
-    std::vector<float> x(rows * cols);
-    for (auto& v : x) v = nd(rng);
+    const std::vector<float> x = clef::testing::randn(rows * cols, rng);
     const GgmlTypeTraits tt = ggml_type_traits(static_cast<uint32_t>(GgmlType::Q8_0));
     std::vector<uint8_t> q(rows * ggml_row_bytes(tt, cols));
     quantize_row(GgmlType::Q8_0, x.data(), q.data(), rows * cols);
@@ -263,20 +259,15 @@ TEST(Quant, QuantMatrixMaps) {
 // file).
 TEST(Quant, QuantMatrixDropPagesOfAMapping) {
     std::mt19937 rng(9);
-    std::normal_distribution<float> nd(0.f, 1.f);
     const int64_t rows = 512, cols = 1024;  // 1.1 MB of q8_0: several whole pages
-    std::vector<float> x(rows * cols);
-    for (auto& v : x) v = nd(rng);
+    const std::vector<float> x = clef::testing::randn(rows * cols, rng);
     std::vector<uint8_t> q(rows *
                            ggml_row_bytes(ggml_type_traits(static_cast<uint32_t>(GgmlType::Q8_0)), cols));
     quantize_row(GgmlType::Q8_0, x.data(), q.data(), rows * cols);
+    const clef::testing::ScratchDir dir("clef_test_quant");
     const std::string path =
-        (std::filesystem::temp_directory_path() / ("clef-test-quant-" + std::to_string(::getpid()) + ".bin"))
-            .string();
-    std::ofstream(path, std::ios::binary)
-        .write(reinterpret_cast<const char*>(q.data()), static_cast<std::streamsize>(q.size()));
+        dir.write("q8.bin", std::string_view(reinterpret_cast<const char*>(q.data()), q.size()));
     auto file = std::make_shared<MappedFile>(MappedFile::open(path));
-    std::filesystem::remove(path);
     QuantMatrix m;
     m.type = GgmlType::Q8_0;
     m.data = file->data();
