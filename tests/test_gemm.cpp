@@ -107,6 +107,13 @@ TEST(PackedLinear, LargeK) {
     check_bf16_weights(9, 4099, 70, true, 7);
 }
 
+TEST(PackedLinear, ColumnBlocks) {
+    // 8200 x 4100 bf16 = 64 MiB: oneDNN packs it as three column blocks of at most 32 MiB (widths 1408, 1408,
+    // 1284; the last is not a multiple of 64), each written into its columns of y and summed per term.
+    check_bf16_weights(3, 8200, 4100, true, 11);
+    check_bf16_weights(8, 8200, 4100, false, 12);
+}
+
 TEST(PackedLinear, F32AndF16Weights) {
     std::mt19937 rng(5);
     const int64_t m = 11, k = 77, n = 45;

@@ -230,39 +230,50 @@ struct PackedLinear::Impl {
     // Own kernels: panels [n_panels][k][kNR], element type per `type`.
     std::vector<uint16_t> panels16;
     std::vector<float> panels32;
-    // oneDNN.
-    dnnl::memory::desc wdesc;
-    dnnl::memory wmem;
+    // oneDNN: the weight columns (output features) in blocks of at most kDnnlBlockBytes of weights each,
+    // every block its own blocked weight memory. oneDNN's AMX matmul re-streams the weights once per row
+    // block, and measured here it halves its throughput from 32 MiB (4096x4096) to 96 MiB (Flash's 4096x12288
+    // MLP) matrices; column blocks keep each product's weights at the size it handles best.
+    struct ColBlock {
+        int64_t j0 = 0, width = 0;
+        dnnl::memory::desc wdesc;
+        dnnl::memory wmem;
+    };
+    std::vector<ColBlock> blocks;
     std::string impl;
     mutable std::mutex mu;
     struct Prim {
         dnnl::matmul matmul;
         size_t scratch_bytes = 0;
     };
-    mutable std::map<int64_t, Prim> cache;  // by row count; primitives are created once per distinct m
+    // By (row count, block width); primitives are created once per distinct pair.
+    mutable std::map<std::pair<int64_t, int64_t>, Prim> cache;
 
-    Prim primitive(int64_t rows, int64_t k, int64_t n) const {
+    Prim primitive(int64_t rows, int64_t k, const ColBlock& b) const {
         std::lock_guard<std::mutex> lock(mu);
-        auto it = cache.find(rows);
+        const std::pair<int64_t, int64_t> key(rows, b.width);
+        auto it = cache.find(key);
         if (it != cache.end()) return it->second;
         if (cache.size() >= 64) cache.erase(cache.begin());
-        const auto pd = make_pd(rows, k, n, wdesc);
+        const auto pd = make_pd(rows, k, b.width, b.wdesc);
         Prim prim{dnnl::matmul(pd), pd.scratchpad_desc().get_size()};
-        cache.emplace(rows, prim);
+        cache.emplace(key, prim);
         return prim;
     }
 
-    // dst[rows][n] = a[rows][k] . W (bf16 src, f32 dst), on stream s.
-    void run(dnnl::stream& s, const uint16_t* a, int64_t rows, float* dst, int64_t k, int64_t n) const {
+    // dst[rows][b.width] (dense) = a[rows][k] . W[:, block] (bf16 src, f32 dst), on stream s.
+    void run(dnnl::stream& s, const uint16_t* a, int64_t rows, float* dst, int64_t k,
+             const ColBlock& b) const {
         thread_local AlignedVec<uint8_t> pad;
-        const Prim prim = primitive(rows, k, n);
+        const Prim prim = primitive(rows, k, b);
         if (pad.size() < prim.scratch_bytes) pad.resize(prim.scratch_bytes);
         dnnl::memory am({{rows, k}, dt::bf16, tag::ab}, dnnl_engine(), const_cast<uint16_t*>(a));
-        dnnl::memory cm({{rows, n}, dt::f32, tag::ab}, dnnl_engine(), dst);
+        dnnl::memory cm({{rows, b.width}, dt::f32, tag::ab}, dnnl_engine(), dst);
         dnnl::memory sm({{static_cast<int64_t>(prim.scratch_bytes)}, dt::u8, tag::a}, dnnl_engine(),
                         pad.data());
         prim.matmul.execute(
-            s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}});
+            s,
+            {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, b.wmem}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}});
         s.wait();
     }
 };
@@ -323,17 +334,39 @@ void to_panel(const T* rows, int nrows, int64_t k, T* panel) {
     }
 }
 
+// Column block width for a [n][k] bf16 weight: at most CLEF_GEMM_BLOCK_MIB (default 32) MiB of weights per
+// block, a multiple of 64 columns, blocks of near-equal width.
+int64_t dnnl_block_width(int64_t n, int64_t k) {
+    static const int64_t budget = [] {
+        const char* e = std::getenv("CLEF_GEMM_BLOCK_MIB");
+        const long v = e ? std::strtol(e, nullptr, 10) : 0;
+        return int64_t(v > 0 ? v : 32) << 20;
+    }();
+    const int64_t cap = std::max<int64_t>(64, budget / (2 * k) / 64 * 64);
+    if (n <= cap) return n;
+    const int64_t nblocks = (n + cap - 1) / cap;
+    return ((n + nblocks - 1) / nblocks + 63) / 64 * 64;
+}
+
 void pack_dnnl(PackedLinear::Impl& im, const uint16_t* w, int64_t n, int64_t k) {
-    const dnnl::memory::desc any({k, n}, dt::bf16, tag::any);
-    const auto pd = make_pd(512, k, n, any);
-    im.wdesc = pd.weights_desc();
-    im.impl = pd.impl_info_str();
-    const dnnl::memory::desc user({k, n}, dt::bf16, dnnl::memory::dims{1, k});
-    dnnl::memory src(user, dnnl_engine(), const_cast<uint16_t*>(w));
-    im.wmem = dnnl::memory(im.wdesc, dnnl_engine());
+    const int64_t bw = dnnl_block_width(n, k);
     dnnl::stream s(dnnl_engine());
-    dnnl::reorder(src, im.wmem).execute(s, src, im.wmem);
-    s.wait();
+    for (int64_t j0 = 0; j0 < n; j0 += bw) {
+        PackedLinear::Impl::ColBlock b;
+        b.j0 = j0;
+        b.width = std::min(bw, n - j0);
+        const dnnl::memory::desc any({k, b.width}, dt::bf16, tag::any);
+        const auto pd = make_pd(512, k, b.width, any);
+        b.wdesc = pd.weights_desc();
+        if (im.impl.empty()) im.impl = pd.impl_info_str();
+        // Rows j0.. of the row-major [n][k] weight, read as the [k][width] matrix oneDNN multiplies by.
+        const dnnl::memory::desc user({k, b.width}, dt::bf16, dnnl::memory::dims{1, k});
+        dnnl::memory src(user, dnnl_engine(), const_cast<uint16_t*>(w + j0 * k));
+        b.wmem = dnnl::memory(b.wdesc, dnnl_engine());
+        dnnl::reorder(src, b.wmem).execute(s, src, b.wmem);
+        s.wait();
+        im.blocks.push_back(std::move(b));
+    }
 }
 
 }  // namespace
@@ -406,7 +439,11 @@ std::string PackedLinear::backend_name() const {
 
 size_t PackedLinear::packed_bytes() const {
     if (!impl_) return 0;
-    if (impl_->backend == GemmBackend::OneDnn) return impl_->wdesc.get_size();
+    if (impl_->backend == GemmBackend::OneDnn) {
+        size_t bytes = 0;
+        for (const auto& b : impl_->blocks) bytes += b.wdesc.get_size();
+        return bytes;
+    }
     return impl_->panels16.size() * 2 + impl_->panels32.size() * 4;
 }
 
@@ -428,28 +465,40 @@ void PackedLinear::forward(const float* x, int64_t m, float* y, Precision p, con
             const int64_t nb = (m + cap - 1) / cap;
             return (m + nb - 1) / nb;
         };
-        if (p == Precision::BF16) {
-            const int64_t mb = block_rows(1024);
-            for (int64_t i0 = 0; i0 < m; i0 += mb) {
-                const int64_t r = std::min(mb, m - i0);
-                uint16_t* a = scratch(abuf, static_cast<size_t>(r * k));
+        // BF16: one term (activations rounded once); Exact: the three split terms stacked into 3r rows.
+        const int terms = p == Precision::BF16 ? 1 : 3;
+        const int64_t mb = block_rows(p == Precision::BF16 ? 1024 : 256);
+        const bool one_block = im.blocks.size() == 1;
+        for (int64_t i0 = 0; i0 < m; i0 += mb) {
+            const int64_t r = std::min(mb, m - i0);
+            uint16_t* a = scratch(abuf, static_cast<size_t>(terms * r * k));
+            if (terms == 1)
                 round_bf16(x + i0 * k, r * k, a);
-                im.run(s, a, r, y + i0 * n, k, n);
-            }
-        } else {
-            const int64_t mb = block_rows(256);  // the three terms are stacked into 3 * mb rows
-            for (int64_t i0 = 0; i0 < m; i0 += mb) {
-                const int64_t r = std::min(mb, m - i0);
-                uint16_t* a = scratch(abuf, static_cast<size_t>(3 * r * k));
-                float* d = scratch(dbuf, static_cast<size_t>(3 * r * n));
+            else
                 split3(x + i0 * k, r, k, a, a + r * k, a + 2 * r * k);
-                im.run(s, a, 3 * r, d, k, n);
-                float* yb = y + i0 * n;
-                const float* dh = d;
-                const float* dm = d + r * n;
-                const float* dl = d + 2 * r * n;
-#pragma omp parallel for simd schedule(static) if (r * n > (1 << 15))
-                for (int64_t t = 0; t < r * n; ++t) yb[t] = dh[t] + (dm[t] + dl[t]);
+            float* yb = y + i0 * n;
+            for (const auto& b : im.blocks) {
+                const int64_t w = b.width;
+                if (terms == 1 && one_block) {  // straight into y
+                    im.run(s, a, r, yb, k, b);
+                    continue;
+                }
+                float* d = scratch(dbuf, static_cast<size_t>(terms * r * w));
+                im.run(s, a, terms * r, d, k, b);
+                // y[:, block] = hi + (mid + lo) (Exact) or the block's result (BF16).
+#pragma omp parallel for schedule(static) if (r * w > (1 << 15))
+                for (int64_t i = 0; i < r; ++i) {
+                    float* yr = yb + i * n + b.j0;
+                    const float* dh = d + i * w;
+                    if (terms == 1) {
+                        std::memcpy(yr, dh, static_cast<size_t>(w) * sizeof(float));
+                        continue;
+                    }
+                    const float* dm = dh + r * w;
+                    const float* dl = dm + r * w;
+#pragma omp simd
+                    for (int64_t t = 0; t < w; ++t) yr[t] = dh[t] + (dm[t] + dl[t]);
+                }
             }
         }
         if (bias) {
