@@ -21,9 +21,9 @@ struct DTypeInfo {
     size_t size;
 };
 constexpr DTypeInfo kDTypes[] = {
-    {DType::BOOL, "BOOL", 1}, {DType::U8, "U8", 1},     {DType::I8, "I8", 1},     {DType::U16, "U16", 2},
-    {DType::I16, "I16", 2},   {DType::F16, "F16", 2},   {DType::BF16, "BF16", 2}, {DType::U32, "U32", 4},
-    {DType::I32, "I32", 4},   {DType::F32, "F32", 4},   {DType::U64, "U64", 8},   {DType::I64, "I64", 8},
+    {DType::BOOL, "BOOL", 1}, {DType::U8, "U8", 1},   {DType::I8, "I8", 1},     {DType::U16, "U16", 2},
+    {DType::I16, "I16", 2},   {DType::F16, "F16", 2}, {DType::BF16, "BF16", 2}, {DType::U32, "U32", 4},
+    {DType::I32, "I32", 4},   {DType::F32, "F32", 4}, {DType::U64, "U64", 8},   {DType::I64, "I64", 8},
     {DType::F64, "F64", 8},
 };
 
@@ -59,40 +59,40 @@ int64_t TensorView::numel() const {
     return n;
 }
 
-void TensorView::copy_to_f32(float* dst) const {
-    const size_t n = static_cast<size_t>(numel());
-    const unsigned char* p = data;
-    switch (dtype) {
-        case DType::F32: std::memcpy(dst, p, n * 4); return;
+bool convert_to_f32(DType t, const unsigned char* p, size_t n, float* dst) {
+    switch (t) {
+        case DType::F32:
+            std::memcpy(dst, p, n * 4);
+            return true;
         case DType::BF16:
             for (size_t i = 0; i < n; ++i) {
                 uint16_t h;
                 std::memcpy(&h, p + 2 * i, 2);
                 dst[i] = bf16_to_f32(h);
             }
-            return;
+            return true;
         case DType::F16:
             for (size_t i = 0; i < n; ++i) {
                 uint16_t h;
                 std::memcpy(&h, p + 2 * i, 2);
                 dst[i] = f16_to_f32(h);
             }
-            return;
+            return true;
         case DType::F64:
             for (size_t i = 0; i < n; ++i) {
                 double v;
                 std::memcpy(&v, p + 8 * i, 8);
                 dst[i] = static_cast<float>(v);
             }
-            return;
-#define CLEF_INT_CASE(DT, CT)                         \
-    case DType::DT:                                   \
-        for (size_t i = 0; i < n; ++i) {              \
-            CT v;                                     \
+            return true;
+#define CLEF_INT_CASE(DT, CT)                                \
+    case DType::DT:                                          \
+        for (size_t i = 0; i < n; ++i) {                     \
+            CT v;                                            \
             std::memcpy(&v, p + sizeof(CT) * i, sizeof(CT)); \
-            dst[i] = static_cast<float>(v);           \
-        }                                             \
-        return;
+            dst[i] = static_cast<float>(v);                  \
+        }                                                    \
+        return true;
             CLEF_INT_CASE(U8, uint8_t)
             CLEF_INT_CASE(I8, int8_t)
             CLEF_INT_CASE(U16, uint16_t)
@@ -102,9 +102,16 @@ void TensorView::copy_to_f32(float* dst) const {
             CLEF_INT_CASE(U64, uint64_t)
             CLEF_INT_CASE(I64, int64_t)
 #undef CLEF_INT_CASE
-        case DType::BOOL: break;
+        case DType::BOOL:
+            break;
     }
-    throw Error(file + ": tensor " + name + ": cannot convert dtype " + std::string(dtype_name(dtype)) + " to F32");
+    return false;
+}
+
+void TensorView::copy_to_f32(float* dst) const {
+    if (!convert_to_f32(dtype, data, static_cast<size_t>(numel()), dst))
+        throw Error(file + ": tensor " + name + ": cannot convert dtype " + std::string(dtype_name(dtype)) +
+                    " to F32");
 }
 
 std::vector<float> TensorView::to_f32() const {
@@ -151,7 +158,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
         if (name == "__metadata__") {
             if (!v.is_object()) throw fail("__metadata__ is not an object");
             for (auto m = v.begin(); m != v.end(); ++m) {
-                if (!m.value().is_string()) throw fail("__metadata__ value for '" + m.key() + "' is not a string");
+                if (!m.value().is_string())
+                    throw fail("__metadata__ value for '" + m.key() + "' is not a string");
                 f.metadata_[m.key()] = m.value().get<std::string>();
             }
             continue;
@@ -163,17 +171,20 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
         auto off = v.find("data_offsets");
         if (dt == v.end() || !dt->is_string()) throw tfail("missing or non-string dtype");
         if (sh == v.end() || !sh->is_array()) throw tfail("missing or non-array shape");
-        if (off == v.end() || !off->is_array() || off->size() != 2) throw tfail("data_offsets must be [begin, end]");
+        if (off == v.end() || !off->is_array() || off->size() != 2)
+            throw tfail("data_offsets must be [begin, end]");
         TensorView t;
         t.name = name;
         t.file = path;
-        if (!parse_dtype(dt->get<std::string>(), t.dtype)) throw tfail("unknown dtype '" + dt->get<std::string>() + "'");
+        if (!parse_dtype(dt->get<std::string>(), t.dtype))
+            throw tfail("unknown dtype '" + dt->get<std::string>() + "'");
         // Shape product with overflow checks.
         unsigned __int128 numel = 1;
         for (const auto& d : *sh) {
             if (!d.is_number_unsigned()) throw tfail("shape entries must be non-negative integers");
             uint64_t dim = d.get<uint64_t>();
-            if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) throw tfail("dimension too large");
+            if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+                throw tfail("dimension too large");
             t.shape.push_back(static_cast<int64_t>(dim));
             numel *= dim;
             if (numel > (static_cast<unsigned __int128>(1) << 62)) throw tfail("shape product overflows");
@@ -219,7 +230,9 @@ const TensorView* SafetensorsFile::find(std::string_view name) const {
     return nullptr;
 }
 
-Checkpoint::Checkpoint(const Checkpoint& o) : files_(o.files_), description_(o.description_) { build_index(); }
+Checkpoint::Checkpoint(const Checkpoint& o) : files_(o.files_), description_(o.description_) {
+    build_index();
+}
 
 Checkpoint& Checkpoint::operator=(const Checkpoint& o) {
     if (this != &o) {
@@ -248,7 +261,8 @@ Checkpoint Checkpoint::open_files(const std::vector<std::string>& files) {
     c.files_.reserve(files.size());
     for (const auto& p : files) c.files_.push_back(SafetensorsFile::open(p));
     c.build_index();
-    c.description_ = files.size() == 1 ? files[0] : files[0] + " (+" + std::to_string(files.size() - 1) + " shards)";
+    c.description_ =
+        files.size() == 1 ? files[0] : files[0] + " (+" + std::to_string(files.size() - 1) + " shards)";
     return c;
 }
 
@@ -270,7 +284,8 @@ Checkpoint Checkpoint::open(const std::string& path) {
         std::vector<std::string> shards;
         std::map<std::string, std::string> expected;
         for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-            if (!it.value().is_string()) throw Error(index.string() + ": weight_map['" + it.key() + "'] is not a string");
+            if (!it.value().is_string())
+                throw Error(index.string() + ": weight_map['" + it.key() + "'] is not a string");
             std::string shard = it.value().get<std::string>();
             if (shard.find('/') != std::string::npos || shard == ".." || shard.empty())
                 throw Error(index.string() + ": shard name '" + shard + "' is not a plain file name");
@@ -284,9 +299,12 @@ Checkpoint Checkpoint::open(const std::string& path) {
         Checkpoint c = open_files(paths);
         for (const auto& [name, shard] : expected) {
             const TensorView* t = c.find(name);
-            if (!t) throw Error(index.string() + ": tensor '" + name + "' listed for " + shard + " is not in any shard");
+            if (!t)
+                throw Error(index.string() + ": tensor '" + name + "' listed for " + shard +
+                            " is not in any shard");
             if (fs::path(t->file).filename() != shard)
-                throw Error(index.string() + ": tensor '" + name + "' is listed for " + shard + " but found in " + t->file);
+                throw Error(index.string() + ": tensor '" + name + "' is listed for " + shard +
+                            " but found in " + t->file);
         }
         c.description_ = dir.string() + " (" + std::to_string(shards.size()) + " shards)";
         return c;
@@ -297,9 +315,11 @@ Checkpoint Checkpoint::open(const std::string& path) {
     std::vector<std::string> shards;
     for (const auto& e : fs::directory_iterator(dir, ec)) {
         auto n = e.path().filename().string();
-        if (n.rfind("model-", 0) == 0 && e.path().extension() == ".safetensors") shards.push_back(e.path().string());
+        if (n.rfind("model-", 0) == 0 && e.path().extension() == ".safetensors")
+            shards.push_back(e.path().string());
     }
-    if (shards.empty()) throw Error(path + ": no model.safetensors, model.safetensors.index.json or model-*.safetensors");
+    if (shards.empty())
+        throw Error(path + ": no model.safetensors, model.safetensors.index.json or model-*.safetensors");
     std::sort(shards.begin(), shards.end());
     return open_files(shards);
 }

@@ -22,6 +22,9 @@ size_t dtype_size(DType t);
 std::string_view dtype_name(DType t);
 // Parses a safetensors dtype string ("BF16", "F32", ...); returns false when unknown.
 bool parse_dtype(std::string_view s, DType& out);
+// Converts n elements of type t at src (unaligned, little-endian) to fp32: float and integer types; returns
+// false (writing nothing) for BOOL.
+bool convert_to_f32(DType t, const unsigned char* src, size_t n, float* dst);
 
 struct TensorView {
     std::string name;
@@ -55,8 +58,8 @@ private:
     std::map<std::string, std::string> metadata_;
 };
 
-// A checkpoint made of one or more safetensors files: a directory with model.safetensors.index.json (sharded),
-// or with model.safetensors, or a single .safetensors path.
+// A checkpoint made of one or more safetensors files: a directory with model.safetensors.index.json
+// (sharded), or with model.safetensors, or a single .safetensors path.
 class Checkpoint {
 public:
     Checkpoint() = default;

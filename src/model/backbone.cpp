@@ -94,37 +94,6 @@ struct Timer {
     }
 };
 
-void row_to_f32(DType dt, const unsigned char* src, int64_t n, float* dst) {
-    switch (dt) {
-        case DType::F32:
-            std::memcpy(dst, src, n * sizeof(float));
-            return;
-        case DType::BF16:
-            for (int64_t i = 0; i < n; ++i) {
-                uint16_t h;
-                std::memcpy(&h, src + 2 * i, 2);
-                dst[i] = bf16_to_f32(h);
-            }
-            return;
-        case DType::F16:
-            for (int64_t i = 0; i < n; ++i) {
-                uint16_t h;
-                std::memcpy(&h, src + 2 * i, 2);
-                dst[i] = f16_to_f32(h);
-            }
-            return;
-        case DType::F64:
-            for (int64_t i = 0; i < n; ++i) {
-                double d;
-                std::memcpy(&d, src + 8 * i, 8);
-                dst[i] = static_cast<float>(d);
-            }
-            return;
-        default:
-            throw Error("row_to_f32: not a float dtype");
-    }
-}
-
 }  // namespace
 
 // One projection matrix [rows][cols] (PyTorch [out][in]). The fast path runs an ops::PackedLinear packed once
@@ -159,8 +128,12 @@ public:
                 packed_ = ops::PackedLinear({f32_.data(), ops::WeightType::F32}, rows_, cols_);
         }
     }
-    int64_t rows() const { return rows_; }
-    int64_t cols() const { return cols_; }
+    int64_t rows() const {
+        return rows_;
+    }
+    int64_t cols() const {
+        return cols_;
+    }
 
     // y[m][rows] = x[m][cols] · Wᵀ
     void forward(const float* x, int64_t m, float* y, const BackboneOptions& opt) const {
@@ -314,7 +287,9 @@ void Backbone::embed_into(const int32_t* ids, int64_t n, float* out) const {
         if (embed_quant_)
             embed_quant_->row_f32(id, out + t * H);
         else
-            row_to_f32(embed_dtype_, embed_data_ + static_cast<size_t>(id) * row_bytes, H, out + t * H);
+            convert_to_f32(embed_dtype_, embed_data_ + static_cast<size_t>(id) * row_bytes,
+                           static_cast<size_t>(H),
+                           out + t * H);  // the dtype is a float type (checked at load)
     }
 }
 
