@@ -111,6 +111,18 @@ TEST(FusedOps, SoftmaxMatchesScalar) {
     }
 }
 
+TEST(FusedOps, SoftmaxF32SumMatchesScalar) {
+    std::mt19937 rng(5);
+    for (int64_t n : {1, 7, 64, 5000}) {
+        auto x = randn(n, rng, 10.f);
+        auto r = x, f = x;
+        ops::softmax_inplace(r.data(), n);
+        ops::softmax_inplace_fast_f32(f.data(), n);
+        // fp32 partial sums of up to n / 16 terms each: a few ulp more than the double denominator.
+        for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(f[i], r[i], 4e-6 * std::max(1e-3f, r[i])) << i;
+    }
+}
+
 // ---------------------------------------------------------------- fast chunked delta rule
 
 struct DeltaCase {

@@ -171,32 +171,12 @@ void gelu_tanh_span(float* x, int64_t n) {
     }
 }
 
-// softmax_inplace of one row of scores in fp32 throughout (vector partial sums of terms in (0, 1]; ~1e-6
-// relative for rows of a few thousand keys): ops::softmax_inplace_fast's double sum vectorises poorly, and
-// this runs on heads x rows² scores per block.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v4", "default")))
-#endif
-void softmax_row(float* x, int64_t n) {
-    float mx = x[0];
-#pragma omp simd reduction(max : mx)
-    for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
-    float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < n; ++i) {
-        x[i] = ops::exp_poly(x[i] - mx);
-        sum += x[i];
-    }
-    const float inv = 1.f / sum;
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
-}
-
 // Bidirectional attention of one frame on the fast path: qkv [rows][q | k | v] (heads x hd each) -> out
 // [rows][heads x hd], the reference's arithmetic (scores, softmax over all keys, weighted sum of V) in blocks
 // of kQueryBlock queries of one head: S = scale·Q·Kᵀ and O = P·V as ops::small_gemm_acc products (AVX-512
-// register blocks, any head dim), the rows of S through softmax_row. Blocks run on the kernel threads; S is
-// kQueryBlock x rows per thread. kt is scratch for Kᵀ ([heads][hd][rows]), reused across calls.
+// register blocks, any head dim), the rows of S through ops::softmax_inplace_fast_f32. Blocks run on the
+// kernel threads; S is kQueryBlock x rows per thread. kt is scratch for Kᵀ ([heads][hd][rows]), reused across
+// calls.
 void frame_attention_fast(const float* qkv, int64_t rows, int64_t heads, int64_t hd, float scale, float* out,
                           std::vector<float>& kt) {
     constexpr int64_t kQueryBlock = 32;
@@ -218,7 +198,7 @@ void frame_attention_fast(const float* qkv, int64_t rows, int64_t heads, int64_t
                 std::fill_n(sc.data(), m * rows, 0.f);
                 ops::small_gemm_acc(m, rows, hd, scale, qkv + i0 * ld + h * hd, ld, kt.data() + h * hd * rows,
                                     rows, sc.data(), rows);
-                for (int64_t i = 0; i < m; ++i) softmax_row(sc.data() + i * rows, rows);
+                for (int64_t i = 0; i < m; ++i) ops::softmax_inplace_fast_f32(sc.data() + i * rows, rows);
                 float* o = out + i0 * H + h * hd;
                 for (int64_t i = 0; i < m; ++i) std::fill_n(o + i * H, hd, 0.f);
                 ops::small_gemm_acc(m, hd, rows, 1.f, sc.data(), rows, qkv + 2 * H + h * hd, ld, o, H);

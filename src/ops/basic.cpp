@@ -228,17 +228,29 @@ CLEF_CLONES void scale_row(const float* x, int64_t d, float s, float* y) {
     for (int64_t i = 0; i < d; ++i) y[i] = x[i] * s;
 }
 
-CLEF_CLONES void softmax_span(float* x, int64_t n) {
+// The denominator in double (as the reference) or, with f32_sum, in fp32 vector partial sums.
+CLEF_CLONES void softmax_span(float* x, int64_t n, bool f32_sum) {
     float mx = x[0];
 #pragma omp simd reduction(max : mx)
     for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
-    double sum = 0.0;
+    float inv;
+    if (f32_sum) {
+        float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < n; ++i) {
-        x[i] = exp_poly(x[i] - mx);
-        sum += x[i];
+        for (int64_t i = 0; i < n; ++i) {
+            x[i] = exp_poly(x[i] - mx);
+            sum += x[i];
+        }
+        inv = 1.f / sum;
+    } else {
+        double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t i = 0; i < n; ++i) {
+            x[i] = exp_poly(x[i] - mx);
+            sum += x[i];
+        }
+        inv = static_cast<float>(1.0 / sum);
     }
-    const float inv = static_cast<float>(1.0 / sum);
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
@@ -270,7 +282,11 @@ void rms_norm_fast(const float* x, int64_t rows, int64_t d, const float* w, floa
 }
 
 void softmax_inplace_fast(float* x, int64_t n) {
-    if (n > 0) softmax_span(x, n);
+    if (n > 0) softmax_span(x, n, false);
+}
+
+void softmax_inplace_fast_f32(float* x, int64_t n) {
+    if (n > 0) softmax_span(x, n, true);
 }
 
 void l2_norm_fast(const float* x, int64_t rows, int64_t d, float eps, float scale, float* y) {
