@@ -7,6 +7,7 @@
 // bound.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -167,6 +168,53 @@ TEST(PackedLinear, RowProviderEqualsTensor) {
         EXPECT_LE(b.packed_bytes(), size_t((n + 64) * (k + 64) * 2));
     }
     EXPECT_GT(calls, 0);
+}
+
+// Residency::Streamed fetches the weights from the provider on every forward (one call per column block and
+// group of rows; a group holds more than 1024 rows) and holds none between calls; its results equal the packed
+// layer's bit for bit, with two column blocks (8200 x 2056 bf16 is over 32 MiB), several row blocks, more rows
+// than one group, both precisions and a bias. Without oneDNN the layer packs instead.
+TEST(PackedLinear, StreamedEqualsPacked) {
+    std::mt19937 rng(21);
+    const int64_t k = 2056, n = 8200;
+    std::vector<uint16_t> w(n * k);
+    for (auto& v : w) v = f32_to_bf16(std::normal_distribution<float>(0.f, 0.05f)(rng));
+    const std::vector<float> bias = randn(n, rng);
+    std::atomic<int> calls{0};
+    ops::RowProvider rows = [&](int64_t r0, int64_t nr, uint16_t* out) {
+        ++calls;
+        std::copy(w.begin() + r0 * k, w.begin() + (r0 + nr) * k, out);
+    };
+    for (GemmBackend be : backends(WeightType::BF16)) {
+        SCOPED_TRACE(name(be));
+        const bool dnn = be == GemmBackend::OneDnn;
+        const PackedLinear packed(rows, n, k, be), streamed(rows, n, k, be, ops::Residency::Streamed);
+        EXPECT_EQ(streamed.streamed(), dnn);
+        if (dnn) {
+            EXPECT_EQ(streamed.packed_bytes(), 0u);
+        }
+        for (const int64_t m : dnn ? std::vector<int64_t>{1, 300, 2100} : std::vector<int64_t>{7}) {
+            const std::vector<float> x = randn(m * k, rng);
+            for (Precision p : {Precision::Exact, Precision::BF16}) {
+                SCOPED_TRACE(m);
+                std::vector<float> ya(m * n), yb(m * n, NAN);
+                packed.forward(x.data(), m, ya.data(), p, bias.data());
+                calls = 0;
+                streamed.forward(x.data(), m, yb.data(), p, bias.data());
+                ASSERT_EQ(ya, yb);
+                if (dnn) {  // 2 column blocks, fetched once per group of rows
+                    EXPECT_EQ(calls % 2, 0);
+                    EXPECT_GE(calls.load(), 2);
+                    EXPECT_LE(calls.load(), 2 * ((m + 1023) / 1024));
+                    if (m == 2100) {
+                        EXPECT_EQ(calls.load(), 4);
+                    }
+                } else {
+                    EXPECT_EQ(calls.load(), 0);
+                }
+            }
+        }
+    }
 }
 
 TEST(PackedLinear, RepeatedCallsAndMoves) {

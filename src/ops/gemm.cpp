@@ -239,7 +239,8 @@ struct PackedLinear::Impl {
         dnnl::memory::desc wdesc;
         dnnl::memory wmem;
     };
-    std::vector<ColBlock> blocks;
+    std::vector<ColBlock> blocks;  // Residency::Streamed: descriptors only (wmem empty)
+    RowProvider stream_rows;       // set when streamed
     std::string impl;
     mutable std::mutex mu;
     struct Prim {
@@ -348,9 +349,9 @@ int64_t dnnl_block_width(int64_t n, int64_t k) {
     return ((n + nblocks - 1) / nblocks + 63) / 64 * 64;
 }
 
-void pack_dnnl(PackedLinear::Impl& im, const uint16_t* w, int64_t n, int64_t k) {
+// The column blocks of a [n][k] bf16 weight and oneDNN's blocked layout for each (no weights yet).
+void plan_dnnl(PackedLinear::Impl& im, int64_t n, int64_t k) {
     const int64_t bw = dnnl_block_width(n, k);
-    dnnl::stream s(dnnl_engine());
     for (int64_t j0 = 0; j0 < n; j0 += bw) {
         PackedLinear::Impl::ColBlock b;
         b.j0 = j0;
@@ -359,13 +360,26 @@ void pack_dnnl(PackedLinear::Impl& im, const uint16_t* w, int64_t n, int64_t k) 
         const auto pd = make_pd(512, k, b.width, any);
         b.wdesc = pd.weights_desc();
         if (im.impl.empty()) im.impl = pd.impl_info_str();
-        // Rows j0.. of the row-major [n][k] weight, read as the [k][width] matrix oneDNN multiplies by.
-        const dnnl::memory::desc user({k, b.width}, dt::bf16, dnnl::memory::dims{1, k});
-        dnnl::memory src(user, dnnl_engine(), const_cast<uint16_t*>(w + j0 * k));
-        b.wmem = dnnl::memory(b.wdesc, dnnl_engine());
-        dnnl::reorder(src, b.wmem).execute(s, src, b.wmem);
-        s.wait();
         im.blocks.push_back(std::move(b));
+    }
+}
+
+// Reorders rows [b.j0, b.j0 + b.width) of a row-major [.][k] weight (w points at row b.j0), read as the
+// [k][width] matrix oneDNN multiplies by, into b.wmem.
+void reorder_block(dnnl::stream& s, const uint16_t* w, int64_t k, const PackedLinear::Impl::ColBlock& b) {
+    const dnnl::memory::desc user({k, b.width}, dt::bf16, dnnl::memory::dims{1, k});
+    dnnl::memory src(user, dnnl_engine(), const_cast<uint16_t*>(w));
+    dnnl::memory dst = b.wmem;
+    dnnl::reorder(src, dst).execute(s, src, dst);
+    s.wait();
+}
+
+void pack_dnnl(PackedLinear::Impl& im, const uint16_t* w, int64_t n, int64_t k) {
+    plan_dnnl(im, n, k);
+    dnnl::stream s(dnnl_engine());
+    for (auto& b : im.blocks) {
+        b.wmem = dnnl::memory(b.wdesc, dnnl_engine());
+        reorder_block(s, w + b.j0 * k, k, b);
     }
 }
 
@@ -400,7 +414,8 @@ PackedLinear::PackedLinear(WeightRef w, int64_t n, int64_t k, GemmBackend backen
     }
 }
 
-PackedLinear::PackedLinear(const RowProvider& rows, int64_t n, int64_t k, GemmBackend backend)
+PackedLinear::PackedLinear(const RowProvider& rows, int64_t n, int64_t k, GemmBackend backend,
+                           Residency residency)
     : n_(n), k_(k) {
     check_shape(n, k);
     if (!rows) throw Error("PackedLinear: empty row provider");
@@ -408,6 +423,11 @@ PackedLinear::PackedLinear(const RowProvider& rows, int64_t n, int64_t k, GemmBa
     Impl& im = *impl_;
     im.type = WeightType::BF16;
     im.backend = resolve(backend, WeightType::BF16);
+    if (im.backend == GemmBackend::OneDnn && residency == Residency::Streamed) {
+        plan_dnnl(im, n, k);
+        im.stream_rows = rows;
+        return;
+    }
     if (im.backend == GemmBackend::OneDnn) {
         std::vector<uint16_t> full(static_cast<size_t>(n * k));
         const int64_t block = std::max<int64_t>(1, (int64_t(1) << 22) / k);
@@ -437,8 +457,10 @@ std::string PackedLinear::backend_name() const {
     }
 }
 
+bool PackedLinear::streamed() const { return impl_ && impl_->stream_rows; }
+
 size_t PackedLinear::packed_bytes() const {
-    if (!impl_) return 0;
+    if (!impl_ || impl_->stream_rows) return 0;
     if (impl_->backend == GemmBackend::OneDnn) {
         size_t bytes = 0;
         for (const auto& b : impl_->blocks) bytes += b.wdesc.get_size();
@@ -468,36 +490,65 @@ void PackedLinear::forward(const float* x, int64_t m, float* y, Precision p, con
         // BF16: one term (activations rounded once); Exact: the three split terms stacked into 3r rows.
         const int terms = p == Precision::BF16 ? 1 : 3;
         const int64_t mb = block_rows(p == Precision::BF16 ? 1024 : 256);
-        const bool one_block = im.blocks.size() == 1;
-        for (int64_t i0 = 0; i0 < m; i0 += mb) {
-            const int64_t r = std::min(mb, m - i0);
-            uint16_t* a = scratch(abuf, static_cast<size_t>(terms * r * k));
+        // Activations of the r rows from row i0 as the bf16 term(s) oneDNN multiplies.
+        auto prepare = [&](int64_t i0, int64_t r, uint16_t* a) {
             if (terms == 1)
                 round_bf16(x + i0 * k, r * k, a);
             else
                 split3(x + i0 * k, r, k, a, a + r * k, a + 2 * r * k);
+        };
+        // Rows [i0, i0 + r) times column block b into y (through the per-thread dbuf).
+        auto product = [&](const uint16_t* a, int64_t i0, int64_t r, const Impl::ColBlock& b) {
+            const int64_t w = b.width;
             float* yb = y + i0 * n;
-            for (const auto& b : im.blocks) {
-                const int64_t w = b.width;
-                if (terms == 1 && one_block) {  // straight into y
-                    im.run(s, a, r, yb, k, b);
+            if (terms == 1 && im.blocks.size() == 1) {  // straight into y
+                im.run(s, a, r, yb, k, b);
+                return;
+            }
+            float* d = scratch(dbuf, static_cast<size_t>(terms * r * w));
+            im.run(s, a, terms * r, d, k, b);
+            // y[:, block] = hi + (mid + lo) (Exact) or the block's result (BF16).
+#pragma omp parallel for schedule(static) if (r * w > (1 << 15))
+            for (int64_t i = 0; i < r; ++i) {
+                float* yr = yb + i * n + b.j0;
+                const float* dh = d + i * w;
+                if (terms == 1) {
+                    std::memcpy(yr, dh, static_cast<size_t>(w) * sizeof(float));
                     continue;
                 }
-                float* d = scratch(dbuf, static_cast<size_t>(terms * r * w));
-                im.run(s, a, terms * r, d, k, b);
-                // y[:, block] = hi + (mid + lo) (Exact) or the block's result (BF16).
-#pragma omp parallel for schedule(static) if (r * w > (1 << 15))
-                for (int64_t i = 0; i < r; ++i) {
-                    float* yr = yb + i * n + b.j0;
-                    const float* dh = d + i * w;
-                    if (terms == 1) {
-                        std::memcpy(yr, dh, static_cast<size_t>(w) * sizeof(float));
-                        continue;
-                    }
-                    const float* dm = dh + r * w;
-                    const float* dl = dm + r * w;
+                const float* dm = dh + r * w;
+                const float* dl = dm + r * w;
 #pragma omp simd
-                    for (int64_t t = 0; t < w; ++t) yr[t] = dh[t] + (dm[t] + dl[t]);
+                for (int64_t t = 0; t < w; ++t) yr[t] = dh[t] + (dm[t] + dl[t]);
+            }
+        };
+        if (!im.stream_rows) {
+            for (int64_t i0 = 0; i0 < m; i0 += mb) {
+                const int64_t r = std::min(mb, m - i0);
+                uint16_t* a = scratch(abuf, static_cast<size_t>(terms * r * k));
+                prepare(i0, r, a);
+                for (const auto& b : im.blocks) product(a, i0, r, b);
+            }
+        } else {
+            // Streamed weights: each column block is fetched and reordered once per group of up to ~2048 rows
+            // (the same row blocks as above, so the same primitives and bit-identical results), whose
+            // activations are prepared first.
+            thread_local AlignedVec<uint16_t> plain;
+            thread_local AlignedVec<uint8_t> blocked;
+            const int64_t group = mb * std::max<int64_t>(1, 2048 / mb);
+            for (int64_t g0 = 0; g0 < m; g0 += group) {
+                const int64_t gm = std::min(group, m - g0);
+                uint16_t* a = scratch(abuf, static_cast<size_t>(terms * gm * k));
+                for (int64_t i0 = g0; i0 < g0 + gm; i0 += mb)
+                    prepare(i0, std::min(mb, m - i0), a + terms * (i0 - g0) * k);
+                for (const auto& b : im.blocks) {
+                    uint16_t* w = scratch(plain, static_cast<size_t>(b.width * k));
+                    im.stream_rows(b.j0, b.width, w);
+                    Impl::ColBlock cur = b;
+                    cur.wmem = dnnl::memory(b.wdesc, dnnl_engine(), scratch(blocked, b.wdesc.get_size()));
+                    reorder_block(s, w, k, cur);
+                    for (int64_t i0 = g0; i0 < g0 + gm; i0 += mb)
+                        product(a + terms * (i0 - g0) * k, i0, std::min(mb, m - i0), cur);
                 }
             }
         }

@@ -41,13 +41,25 @@ using RowProvider = std::function<void(int64_t row0, int64_t nrows, uint16_t* bf
 
 enum class GemmBackend { Auto, OneDnn, Avx512, Scalar };
 
+// Where a RowProvider's weights live between forward calls.
+enum class Residency {
+    Packed,    // packed once at construction: memory = the bf16 size of the matrix
+    Streamed,  // the provider is kept and called again on every forward, one column block (<= 32 MiB of bf16)
+               // at a time, into per-thread buffers: memory = whatever the provider reads from (e.g. a mapped
+               // Q4_K tensor) + two block buffers per calling thread. Results are bit-identical to Packed.
+               // oneDNN backend only; the own-kernel backends pack instead (streamed() tells).
+};
+
 class PackedLinear {
 public:
     PackedLinear();
     // Packs w [n][k]. Throws clef::Error on n <= 0, k <= 0, a null pointer, or a backend this CPU lacks.
     PackedLinear(WeightRef w, int64_t n, int64_t k, GemmBackend backend = GemmBackend::Auto);
-    // Packs a bf16 weight [n][k] delivered row block by row block (e.g. dequantised GGUF tensors).
-    PackedLinear(const RowProvider& rows, int64_t n, int64_t k, GemmBackend backend = GemmBackend::Auto);
+    // Packs a bf16 weight [n][k] delivered row block by row block (e.g. dequantised GGUF tensors), or, with
+    // Residency::Streamed, keeps the provider (which must stay valid, and be callable from any thread, as long
+    // as the layer lives) and fetches the weights again on every forward.
+    PackedLinear(const RowProvider& rows, int64_t n, int64_t k, GemmBackend backend = GemmBackend::Auto,
+                 Residency residency = Residency::Packed);
     PackedLinear(PackedLinear&&) noexcept;
     PackedLinear& operator=(PackedLinear&&) noexcept;
     ~PackedLinear();
@@ -57,8 +69,10 @@ public:
     bool empty() const { return impl_ == nullptr; }
     // The backend in use: "onednn:<impl>", "avx512", "scalar".
     std::string backend_name() const;
-    // Bytes held by the packed weights.
+    // Bytes held by the packed weights (0 when streamed).
     size_t packed_bytes() const;
+    // Whether the weights are fetched from the row provider on every forward.
+    bool streamed() const;
 
     // y[m][n] = x[m][k] . W^T (+ bias[n]); x and y are dense row-major and must not alias. m == 0 is a no-op.
     // Thread-safe (concurrent calls share the cached primitives under a lock); uses num_threads() threads.
