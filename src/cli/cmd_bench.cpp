@@ -33,6 +33,8 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchArgs {
     std::string model;
+    std::string head;  // joint head directory for a qwen35 (backbone-only) GGUF
+    bool unpack = false;
     int64_t tokens = 512;
     int repeat = 3;
     int warmup = 1;
@@ -43,6 +45,12 @@ struct BenchArgs {
     bool profile = false;
     std::string image;  // "WxH": time the vision tower on a synthetic image instead of decisions
 };
+
+LoadOptions load_options(const BenchArgs& a) {
+    LoadOptions o;
+    o.unpack_quantised = a.unpack;
+    return o;
+}
 
 double seconds_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -144,7 +152,7 @@ void run_bench(const BenchArgs& a) {
     if (a.threads > 0) ops::set_num_threads(a.threads);
 
     const auto tl = Clock::now();
-    std::unique_ptr<Engine> engine = Engine::load(a.model);
+    std::unique_ptr<Engine> engine = Engine::load(a.model, a.head, load_options(a));
     const double load_s = seconds_since(tl);
     const Engine::Prepared prepared = engine->prepare(synthetic_request(a.tokens), opt);
     const int64_t T = static_cast<int64_t>(prepared.prompt.input_ids.size());
@@ -184,6 +192,8 @@ void run_bench(const BenchArgs& a) {
     o.set("head_share", JsonValue::number(head / best.total));
     o.set("peak_rss_mib", JsonValue::number(peak_rss_mib()));
     o.set("load_seconds", JsonValue::number(load_s));
+    o.set("packed_weights_mib",
+          JsonValue::number(static_cast<double>(engine->backbone().packed_weight_bytes()) / (1 << 20)));
     if (a.profile) o.set("profile", profile_json(best));
     std::string out = write_json(o);
     out += '\n';
@@ -215,7 +225,7 @@ void run_image_bench(const BenchArgs& a) {
     if (a.threads > 0) ops::set_num_threads(a.threads);
 
     const auto tl = Clock::now();
-    std::unique_ptr<Engine> engine = Engine::load(a.model);
+    std::unique_ptr<Engine> engine = Engine::load(a.model, a.head, load_options(a));
     if (!engine->vision()) throw Error(a.model + ": the model has no vision tower (--image needs one)");
     std::unique_ptr<VisionTower> reference;
     if (a.reference)
@@ -276,6 +286,9 @@ void add_bench_command(CLI::App& app) {
                                        "WxH) the vision tower on one synthetic "
                                        "image (JSON line)");
     cmd->add_option("--model", args->model, "Model directory (publisher layout) or GGUF file")->required();
+    cmd->add_option("--head", args->head, "Joint head directory for a qwen35 (backbone-only) GGUF");
+    cmd->add_flag("--unpack-weights", args->unpack,
+                  "GGUF: unpack quantised projections to bf16 at load (faster prefill, bf16-size memory)");
     CLI::Option* tokens = cmd->add_option("--tokens", args->tokens, "Prompt tokens")->capture_default_str();
     cmd->add_option("--repeat", args->repeat,
                     "Timed runs: decisions, or images with --image (best and median are reported)")

@@ -24,7 +24,8 @@ double seconds_since(Clock::time_point t0) {
 
 Engine::~Engine() = default;
 
-std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const std::string& head_dir) {
+std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const std::string& head_dir,
+                                     const LoadOptions& options) {
     if (is_gguf_file(model_dir)) {
         GgufModel g = load_gguf_model(model_dir, head_dir);
         if (!g.head)
@@ -35,7 +36,9 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const std::st
         e->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_dir));
         e->weights_ = std::move(g.weights);
         // The backbone and head keep copies of the quantised matrices they use (which keep the file mapped).
-        e->backbone_ = std::make_unique<Backbone>(e->config_.text, *e->weights_, &g.matrices);
+        e->backbone_ = std::make_unique<Backbone>(
+            e->config_.text, *e->weights_, &g.matrices,
+            options.unpack_quantised ? ops::Residency::Packed : ops::Residency::Streamed);
         e->head_file_ = std::move(g.head);
         const std::string prefix = e->backbone_->prefix();
         for (const std::string& name : {std::string("lm_head.weight"), prefix + "embed_tokens.weight"}) {

@@ -103,17 +103,18 @@ struct Timer {
 // blocks of rows to fp32 for ops::linear.
 class Backbone::Linear {
 public:
-    explicit Linear(const QuantMatrix& q)
+    Linear(const QuantMatrix& q, ops::Residency residency)
         : rows_(q.rows), cols_(q.cols), quant_(std::make_unique<QuantMatrix>(q)) {
-        const QuantMatrix& m = *quant_;
+        const QuantMatrix& m = *quant_;  // on the heap: the streamed layer's provider keeps pointing at it
         ops::num_threads();  // applies the global thread setting to this thread
         packed_ = ops::PackedLinear(
             [&m](int64_t r0, int64_t n, uint16_t* out) {
 #pragma omp parallel for schedule(static)
                 for (int64_t i = 0; i < n; ++i) m.row_bf16(r0 + i, out + i * m.cols);
             },
-            rows_, cols_);
-        m.drop_pages();  // packed: the mapped blocks need not stay resident (re-faulted if read again)
+            rows_, cols_, ops::GemmBackend::Auto, residency);
+        // Packed: the mapped blocks need not stay resident (re-faulted if read again).
+        if (!packed_.streamed()) m.drop_pages();
     }
     explicit Linear(const TensorView& t) : rows_(t.shape[0]), cols_(t.shape[1]) {
         const bool aligned = reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0;
@@ -128,6 +129,7 @@ public:
                 packed_ = ops::PackedLinear({f32_.data(), ops::WeightType::F32}, rows_, cols_);
         }
     }
+    size_t packed_bytes() const { return packed_.packed_bytes(); }
     int64_t rows() const {
         return rows_;
     }
@@ -178,7 +180,15 @@ struct Backbone::Ctx {
 
 Backbone::~Backbone() = default;
 
-Backbone::Backbone(const TextConfig& cfg, const Checkpoint& ckpt, const QuantTensors* quant) : cfg_(cfg) {
+size_t Backbone::packed_weight_bytes() const {
+    size_t bytes = 0;
+    for (const auto& l : linears_) bytes += l->packed_bytes();
+    return bytes;
+}
+
+Backbone::Backbone(const TextConfig& cfg, const Checkpoint& ckpt, const QuantTensors* quant,
+                   ops::Residency quant_residency)
+    : cfg_(cfg) {
     check_config(cfg_);
     auto has = [&](const std::string& name) { return ckpt.find(name) || (quant && quant->count(name)); };
     if (has("model.language_model.embed_tokens.weight"))
@@ -216,10 +226,14 @@ Backbone::Backbone(const TextConfig& cfg, const Checkpoint& ckpt, const QuantTen
         return &q;
     };
     auto linear = [&](const std::string& name, const std::vector<int64_t>& shape) {
-        if (const QuantMatrix* q = find_quant(name, shape))
-            linears_.push_back(std::make_unique<Linear>(*q));
-        else
+        if (const QuantMatrix* q = find_quant(name, shape)) {
+            const bool block_quantised = q->type != GgmlType::F32 && q->type != GgmlType::F16 &&
+                                         q->type != GgmlType::BF16;
+            linears_.push_back(
+                std::make_unique<Linear>(*q, block_quantised ? quant_residency : ops::Residency::Packed));
+        } else {
             linears_.push_back(std::make_unique<Linear>(get(name, shape)));
+        }
         return linears_.back().get();
     };
 

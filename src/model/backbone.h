@@ -103,8 +103,12 @@ public:
     // quant: matrices held outside the checkpoint (a GGUF model's quantised projections and embedding table),
     // by full tensor name; they take precedence over the checkpoint. A projection is packed from rows
     // dequantised straight to bf16 (bf16 size in memory, no fp32 copy of the matrix); embedding rows are
-    // dequantised per token. The matrices' owners keep their storage alive.
-    Backbone(const TextConfig& cfg, const Checkpoint& ckpt, const QuantTensors* quant = nullptr);
+    // dequantised per token. The matrices' owners keep their storage alive. quant_residency applies to the
+    // block-quantised projections (Q8_0, Q4_K, ...): Streamed (the default) keeps them in the mapped file and
+    // dequantises each one per prefill chunk (memory ~ the GGUF file), Packed unpacks them to bf16 once at
+    // load (faster, bf16-size memory).
+    Backbone(const TextConfig& cfg, const Checkpoint& ckpt, const QuantTensors* quant = nullptr,
+             ops::Residency quant_residency = ops::Residency::Streamed);
     ~Backbone();
     Backbone(const Backbone&) = delete;
     Backbone& operator=(const Backbone&) = delete;
@@ -112,6 +116,8 @@ public:
     const TextConfig& config() const { return cfg_; }
     // The detected tensor-name prefix ("model.language_model." or "model.").
     const std::string& prefix() const { return prefix_; }
+    // Bytes of packed projection weights held in memory (streamed projections hold none).
+    size_t packed_weight_bytes() const;
 
     // Embedding rows for ids, [ids.size()][hidden] (ids must be in [0, vocab_size), else clef::Error).
     std::vector<float> embed(const std::vector<int32_t>& ids) const;
