@@ -40,7 +40,7 @@ struct BenchArgs {
     int warmup = 1;
     int threads = 0;
     std::string precision = "exact";
-    int64_t chunk = 512;
+    int64_t chunk = -1;  // < 0: the engine's default (512 tokens; 2048 when quantised weights are streamed)
     bool reference = false;
     bool profile = false;
     std::string image;  // "WxH": time the vision tower on a synthetic image instead of decisions
@@ -147,7 +147,7 @@ void run_bench(const BenchArgs& a) {
     if (!parse_precision(a.precision, opt.backbone.precision))
         throw Error("--precision: expected exact or bf16, got '" + a.precision + "'");
     opt.backbone.reference = a.reference;
-    opt.backbone.prefill_chunk = a.chunk;
+    if (a.chunk >= 0) opt.backbone.prefill_chunk = opt.backbone.streamed_prefill_chunk = a.chunk;
     opt.max_length = static_cast<int>(a.tokens);
     if (a.threads > 0) ops::set_num_threads(a.threads);
 
@@ -180,7 +180,8 @@ void run_bench(const BenchArgs& a) {
     o.set("tokens", JsonValue::integer(T));
     o.set("threads", JsonValue::integer(ops::num_threads()));
     o.set("precision", JsonValue::string(a.reference ? "reference" : a.precision));
-    o.set("chunk", JsonValue::integer(a.chunk));
+    o.set("chunk", JsonValue::integer(engine->backbone().chunk_length(opt.backbone, T)));
+    o.set("streamed_weights", JsonValue::boolean(engine->backbone().streams_weights()));
     o.set("repeat", JsonValue::integer(a.repeat));
     o.set("seconds_best", JsonValue::number(t_best));
     o.set("seconds_median", JsonValue::number(t_median));
@@ -299,7 +300,8 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--precision", args->precision, "Projection activations: exact (fp32-accurate) or bf16")
         ->capture_default_str();
     CLI::Option* chunk =
-        cmd->add_option("--chunk", args->chunk, "Prefill chunk length in tokens (0 = whole prompt)")
+        cmd->add_option("--chunk", args->chunk, "Prefill chunk length in tokens (0 = whole prompt; default 512, 2048 when quantised weights are "
+                        "streamed)")
             ->capture_default_str();
     cmd->add_flag("--reference", args->reference, "Run the scalar reference path (the oracle) instead");
     CLI::Option* profile =

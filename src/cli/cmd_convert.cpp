@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "decision/prompt.h"
 #include "model/gguf_model.h"
 #include "util/error.h"
 
@@ -24,6 +25,7 @@ void run_convert(const ConvertCliOptions& o) {
     if (!parse_gguf_file_type(o.type, opt.type))
         throw Error("--type '" + o.type + "' is not one of f16, bf16, q8_0, q4_k_m, q5_k_m, q6_k");
     opt.arch = o.arch;
+    opt.chat_templates["systemone"] = systemone_chat_template();
     const bool tty = isatty(fileno(stderr));
     if (tty)
         opt.progress = [](uint64_t done, uint64_t total) {

@@ -186,8 +186,7 @@ Decision Engine::run(const Prepared& p, const DecideOptions& opt, bool keep_hidd
     }
     HeadFeatureBuilder builder(*head_, T, ids, hq);
     BackboneState state = backbone_->start();
-    const int64_t chunk =
-        opt.backbone.prefill_chunk > 0 ? opt.backbone.prefill_chunk : std::max<int64_t>(T, 1);
+    const int64_t chunk = backbone_->chunk_length(opt.backbone, T);
     std::vector<float> buf(static_cast<size_t>(std::min(chunk, T) * H));
     if (keep_hidden) d.last_hidden_state.resize(static_cast<size_t>(T * H));
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {

@@ -1,14 +1,21 @@
 #include "decision/prompt.h"
 
+#include <nlohmann/json.hpp>
+
 #include "tokenizer/tokenizer.h"
 
 namespace clef {
 
 namespace {
 
-const char* const kSystemPrompt =
-    "Read the complete state and schema. Decide every field jointly. Each answer must be exactly one of that "
-    "field's allowed options.";
+// The fixed pieces of the prompt (the reference's text, byte for byte).
+const std::string kPrefix =
+    "<|im_start|>system\nRead the complete state and schema. Decide every field jointly. Each answer must be "
+    "exactly one of that field's allowed options.<|im_end|>\n<|im_start|>user\nSTATE:\n";
+const char* const kSchemaHeader = "\n\nSCHEMA FIELDS:\n";
+const char* const kAllowedOptions = "\nALLOWED OPTIONS:\n";
+const char* const kEndField = "END FIELD\n";
+const char* const kSuffix = "\n<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nJOINT SCHEMA DECISIONS:";
 
 // Accumulates tokenized pieces and, when asked, the segments they came from.
 class Pieces {
@@ -41,7 +48,7 @@ EncodedPrompt encode_prompt(const Tokenizer& tok, const DecisionRequest& req, co
     EncodedPrompt out;
 
     Pieces schema(tok, opt.keep_segments);
-    schema.add("schema_header", "\n\nSCHEMA FIELDS:\n");
+    schema.add("schema_header", kSchemaHeader);
     for (size_t qi = 0; qi < req.questions.size(); ++qi) {
         const Question& q = req.questions[qi];
         EncodedQuestion eq;
@@ -52,7 +59,7 @@ EncodedPrompt encode_prompt(const Tokenizer& tok, const DecisionRequest& req, co
         const int q_begin = schema.size();
         schema.add("instruction", render_python(q.instructions));
         eq.span = {q_begin, schema.size()};
-        schema.add("allowed_options", "\nALLOWED OPTIONS:\n");
+        schema.add("allowed_options", kAllowedOptions);
         for (size_t oi = 0; oi < q.options.size(); ++oi) {
             const QuestionOption& o = q.options[oi];
             schema.add("option_label", "OPTION " + std::to_string(oi + 1) + ": ");
@@ -65,19 +72,19 @@ EncodedPrompt encode_prompt(const Tokenizer& tok, const DecisionRequest& req, co
             eq.option_ids.push_back(o.id);
             schema.add("newline", "\n");
         }
-        schema.add("end_field", "END FIELD\n");
+        schema.add("end_field", kEndField);
         out.questions.push_back(std::move(eq));
     }
 
     Pieces head(tok, opt.keep_segments);
-    head.add("prefix", std::string("<|im_start|>system\n") + kSystemPrompt + "<|im_end|>\n<|im_start|>user\nSTATE:\n");
+    head.add("prefix", kPrefix);
     if (opt.media) {
         out.media_token_offset = head.size();
         head.ids().insert(head.ids().end(), opt.media->ids.begin(), opt.media->ids.end());
         if (opt.keep_segments) head.segments().push_back({"media", opt.media->text, opt.media->ids});
     }
     Pieces suffix(tok, opt.keep_segments);
-    suffix.add("suffix", "\n<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nJOINT SCHEMA DECISIONS:");
+    suffix.add("suffix", kSuffix);
 
     std::string state_text = render_python(req.state);
     std::vector<int32_t> state_ids = tok.encode(state_text);
@@ -111,6 +118,49 @@ EncodedPrompt encode_prompt(const Tokenizer& tok, const DecisionRequest& req, co
         for (auto& s : suffix.segments()) out.segments.push_back(std::move(s));
     }
     return out;
+}
+
+namespace {
+
+// A Jinja expression printing the text s as it is (a JSON string literal is a valid Jinja string literal).
+std::string jinja_text(const std::string& s) { return "{{ " + nlohmann::json(s).dump() + " }}"; }
+
+// Prints a JSON value the way render_python does: strings as they are, anything else as compact JSON (the
+// caller passes objects with their keys sorted).
+std::string jinja_render(const std::string& var) {
+    return "{{ " + var + " if " + var + " is string else " + var + " | tojson(separators=[',', ':']) }}";
+}
+
+}  // namespace
+
+std::string systemone_chat_template() {
+    const std::string sep = "{{ sep }}";
+    const std::string json = " | tojson(separators=[',', ':'])";
+    std::string t;
+    t += jinja_text(kPrefix) + sep + jinja_render("state") + sep + jinja_text(kSchemaHeader);
+    t += "{% for q in questions %}";
+    t += sep + jinja_text("\nFIELD ") + "{{ loop.index }}" + jinja_text("\nID: ") + "{{ q.id }}" +
+         jinja_text("\nTYPE: ") + "{{ q.type }}" + jinja_text("\nINSTRUCTION: ");
+    // The question-id fallback for missing, null or empty instructions.
+    t += "{% set instruction = q.instructions if (q.instructions is defined and q.instructions is not none and "
+         "q.instructions != '') else q.id %}";
+    t += sep + "{{ mark_question }}" + jinja_render("instruction");
+    t += sep + jinja_text(kAllowedOptions);
+    t += "{% for o in q.options %}";
+    t += sep + jinja_text("OPTION ") + "{{ loop.index }}" + jinja_text(": ");
+    // A noul option without a description gets the default one; other options without one print only their id.
+    t += "{% set description = o.description if (o.description is defined and o.description is not none) else "
+         "((" + nlohmann::json(kNoulTrueDescription).dump() + " if o.key == 'true' else " +
+         nlohmann::json(kNoulFalseDescription).dump() + ") if q.type == 'noul' else none) %}";
+    t += sep + "{{ mark_option }}";
+    t += "{% if description is none %}{{ {'option_id': o.key}" + json + " }}{% else %}{{ {'description': "
+         "description, 'option_id': o.key}" + json + " }}{% endif %}";
+    t += sep + jinja_text("\n");
+    t += "{% endfor %}";
+    t += sep + jinja_text(kEndField);
+    t += "{% endfor %}";
+    t += sep + jinja_text(kSuffix);
+    return t;
 }
 
 }  // namespace clef

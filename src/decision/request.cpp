@@ -6,6 +6,9 @@
 
 namespace clef {
 
+const char* const kNoulTrueDescription = "The proposition is true or the answer is yes.";
+const char* const kNoulFalseDescription = "The proposition is false or the answer is no.";
+
 const char* question_type_name(QuestionType t) {
     switch (t) {
         case QuestionType::Noul: return "noul";
@@ -16,9 +19,6 @@ const char* question_type_name(QuestionType t) {
 }
 
 namespace {
-
-const char* const kNoulTrue = "The proposition is true or the answer is yes.";
-const char* const kNoulFalse = "The proposition is false or the answer is no.";
 
 struct Validator {
     const RequestLimits& limits;
@@ -153,7 +153,7 @@ bool parse_request(const JsonValue& body, DecisionRequest& out, std::vector<Requ
                     v.validation("dict_type", crit_loc(), "Input should be a valid dictionary");
                     continue;
                 }
-                JsonValue t = JsonValue::string(kNoulTrue), f = JsonValue::string(kNoulFalse);
+                JsonValue t = JsonValue::string(kNoulTrueDescription), f = JsonValue::string(kNoulFalseDescription);
                 // dict.update semantics: an explicit null removes the description; other keys are ignored.
                 if (has_criteria) {
                     if (const JsonValue* ct = criteria->find("true")) t = *ct;

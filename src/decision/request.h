@@ -16,6 +16,10 @@ namespace clef {
 enum class QuestionType { Noul = 0, Choice = 1, Score = 2 };
 const char* question_type_name(QuestionType t);
 
+// The default descriptions of a noul question's "true" and "false" options.
+extern const char* const kNoulTrueDescription;
+extern const char* const kNoulFalseDescription;
+
 struct QuestionOption {
     std::string id;           // "true"/"false", the choice label, or the level index "0".."n-1"
     JsonValue description;    // rendered into the option JSON unless has_description is false

@@ -130,6 +130,7 @@ public:
         }
     }
     size_t packed_bytes() const { return packed_.packed_bytes(); }
+    bool streamed() const { return packed_.streamed(); }
     int64_t rows() const {
         return rows_;
     }
@@ -184,6 +185,17 @@ size_t Backbone::packed_weight_bytes() const {
     size_t bytes = 0;
     for (const auto& l : linears_) bytes += l->packed_bytes();
     return bytes;
+}
+
+bool Backbone::streams_weights() const {
+    for (const auto& l : linears_)
+        if (l->streamed()) return true;
+    return false;
+}
+
+int64_t Backbone::chunk_length(const BackboneOptions& opt, int64_t T) const {
+    const int64_t c = streams_weights() ? opt.streamed_prefill_chunk : opt.prefill_chunk;
+    return c > 0 ? c : std::max<int64_t>(T, 1);
 }
 
 Backbone::Backbone(const TextConfig& cfg, const Checkpoint& ckpt, const QuantTensors* quant,
@@ -342,7 +354,7 @@ std::vector<float> Backbone::forward_embeddings(const std::vector<float>& x, int
                     " values, expected T*hidden = " + std::to_string(T) + "*" + std::to_string(H));
     std::vector<float> out(static_cast<size_t>(T * H));
     BackboneState st = start();
-    const int64_t chunk = (trace || opt.prefill_chunk <= 0) ? std::max<int64_t>(T, 1) : opt.prefill_chunk;
+    const int64_t chunk = trace ? std::max<int64_t>(T, 1) : chunk_length(opt, T);
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {
         const int64_t n = std::min(chunk, T - t0);
         forward_chunk(st, x.data() + t0 * H, n, positions ? positions + t0 : nullptr, T, opt,

@@ -25,6 +25,10 @@ struct BackboneOptions {
     // Prefill chunk length (tokens per forward_chunk call in forward_embeddings); <= 0 = the whole prompt at
     // once. Activation memory is O(chunk); the full-attention K/V cache grows with the prompt.
     int64_t prefill_chunk = 512;
+    // The chunk length used instead when the model streams block-quantised projections (GGUF, the default
+    // residency): every chunk re-reads the weights, and 2048-token chunks bring that cost to ~0 (measured in
+    // docs/GGUF.md) for ~0.5 GB more activations on Clef-Flash.
+    int64_t streamed_prefill_chunk = 2048;
 };
 
 // "exact" / "bf16" (the CLI spelling) -> Precision; false for anything else.
@@ -118,6 +122,11 @@ public:
     const std::string& prefix() const { return prefix_; }
     // Bytes of packed projection weights held in memory (streamed projections hold none).
     size_t packed_weight_bytes() const;
+    // Whether some projection streams its weights (see the constructor).
+    bool streams_weights() const;
+    // Tokens per prefill chunk for a T-token prompt: opt.prefill_chunk (or opt.streamed_prefill_chunk when
+    // the weights are streamed); a value <= 0 means the whole prompt.
+    int64_t chunk_length(const BackboneOptions& opt, int64_t T) const;
 
     // Embedding rows for ids, [ids.size()][hidden] (ids must be in [0, vocab_size), else clef::Error).
     std::vector<float> embed(const std::vector<int32_t>& ids) const;

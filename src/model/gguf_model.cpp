@@ -567,6 +567,14 @@ ConvertSummary convert_to_gguf(const std::string& model_dir, const std::string& 
         w.add_float32(A + "attention.layer_norm_epsilon", 1e-5f);
     }
     add_tokenizer_metadata(w, dir.tokenizer_path, c.vocab_size);
+    if (clef && !opt.chat_templates.empty()) {
+        std::vector<std::string> names;
+        for (const auto& [name, text] : opt.chat_templates) {
+            w.add_string("tokenizer.chat_template." + name, text);
+            names.push_back(name);
+        }
+        w.add_string_array("tokenizer.chat_templates", names);
+    }
 
     ConvertSummary sum;
     const Geometry g = geometry(c);

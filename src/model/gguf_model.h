@@ -50,6 +50,9 @@ struct ConvertOptions {
     GgufFileType type = GgufFileType::BF16;
     std::string arch = "clef";  // "clef" (backbone + head) or "qwen35" (backbone only)
     std::function<void(uint64_t done, uint64_t total)> progress;
+    // Named chat templates written for the clef architecture as tokenizer.chat_template.<name> plus the
+    // tokenizer.chat_templates list (llama.cpp's keys); `clef convert` passes the systemone template.
+    std::map<std::string, std::string> chat_templates;
 };
 
 struct ConvertSummary {
