@@ -2,6 +2,7 @@
 # Starts `clef serve` on a free loopback port, waits until it is ready, runs a Node.js test script against it with
 # TYPESAFE_BASE_URL / TYPESAFE_API_KEY set, then stops the server with SIGTERM and checks it exits 0.
 # Usage: run_with_server.sh CLEF_BINARY MODEL_DIR NODE_MODULES_DIR SCRIPT.mjs [extra clef serve args...]
+# The scripts read the fixture from CLEF_TEST_DATA_DIR (default: the model's parent directory).
 set -euo pipefail
 clef=$1 model=$2 modules=$3 script=$4
 shift 4
@@ -34,7 +35,8 @@ done
 
 status=0
 NODE_PATH="$modules/node_modules" TYPESAFE_BASE_URL="http://127.0.0.1:$port" TYPESAFE_API_KEY=e2e-test-key \
-  CLEF_TEST_DATA="$(dirname "$model")" CLEF_SERVER_PID="$pid" node --test "$here/$script" || status=$?
+  CLEF_TEST_DATA="${CLEF_TEST_DATA_DIR:-$(dirname "$model")}" CLEF_SERVER_PID="$pid" node --test "$here/$script" ||
+  status=$?
 
 kill -TERM "$pid"
 server_status=0
