@@ -170,6 +170,40 @@ TEST(PackedLinear, RowProviderEqualsTensor) {
     EXPECT_GT(calls, 0);
 }
 
+// Residency::InPlace uses the caller's bf16 weights without a copy on oneDNN (packed_bytes 0; a change to them
+// shows in the next product) with results equal to the packed layer's bit for bit; other backends pack.
+TEST(PackedLinear, InPlaceEqualsPacked) {
+    std::mt19937 rng(17);
+    const int64_t m = 40, k = 2056, n = 8200;  // two column blocks
+    std::vector<uint16_t> w(n * k);
+    for (auto& v : w) v = f32_to_bf16(std::normal_distribution<float>(0.f, 0.05f)(rng));
+    const std::vector<float> x = randn(m * k, rng);
+    for (GemmBackend be : backends(WeightType::BF16)) {
+        SCOPED_TRACE(name(be));
+        const bool dnn = be == GemmBackend::OneDnn;
+        const PackedLinear packed({w.data(), WeightType::BF16}, n, k, be);
+        const PackedLinear in_place({w.data(), WeightType::BF16}, n, k, be, ops::Residency::InPlace);
+        EXPECT_EQ(in_place.packed_bytes(), dnn ? 0u : packed.packed_bytes());
+        EXPECT_GE(packed.packed_bytes(), size_t(n * k * 2));
+        for (Precision p : {Precision::Exact, Precision::BF16}) {
+            std::vector<float> ya(m * n), yb(m * n, NAN);
+            packed.forward(x.data(), m, ya.data(), p);
+            in_place.forward(x.data(), m, yb.data(), p);
+            ASSERT_EQ(ya, yb);
+        }
+        if (dnn) {
+            std::vector<uint16_t> saved = w;
+            std::fill(w.begin(), w.begin() + k, f32_to_bf16(1.f));  // output 0's weights
+            std::vector<float> y(m * n);
+            in_place.forward(x.data(), m, y.data(), Precision::BF16);
+            double want = 0;
+            for (int64_t t = 0; t < k; ++t) want += bf16_to_f32(f32_to_bf16(x[t]));
+            EXPECT_NEAR(y[0], want, 1e-3 * (1 + std::fabs(want)));
+            w = saved;
+        }
+    }
+}
+
 // Residency::Streamed fetches the weights from the provider on every forward (one call per column block and
 // group of rows; a group holds more than 1024 rows) and holds none between calls; its results equal the packed
 // layer's bit for bit, with two column blocks (8200 x 2056 bf16 is over 32 MiB), several row blocks, more rows

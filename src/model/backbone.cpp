@@ -96,8 +96,9 @@ struct Timer {
 
 }  // namespace
 
-// One projection matrix [rows][cols] (PyTorch [out][in]). The fast path runs an ops::PackedLinear packed once
-// at load from the mapped weight (no fp32 copy); the reference path reads BF16 straight from the mapped file
+// One projection matrix [rows][cols] (PyTorch [out][in]). The fast path runs an ops::PackedLinear on the mapped
+// weight: BF16 used in place (no copy) on the oneDNN backend, packed once at load otherwise (never an fp32 copy
+// of a BF16 / F16 matrix); the reference path reads BF16 straight from the mapped file
 // (converted on the fly by ops::linear_bf16) and keeps fp32 copies of other dtypes (small models). A
 // quantised matrix is packed from rows dequantised to bf16 block by block; its reference path dequantises
 // blocks of rows to fp32 for ops::linear.
@@ -120,7 +121,9 @@ public:
         const bool aligned = reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0;
         if (t.dtype == DType::BF16 && reinterpret_cast<uintptr_t>(t.data) % alignof(uint16_t) == 0) {
             bf16_ = reinterpret_cast<const uint16_t*>(t.data);
-            packed_ = ops::PackedLinear({t.data, ops::WeightType::BF16}, rows_, cols_);
+            // Used in place from the mapped checkpoint (no copy) where the backend allows.
+            packed_ = ops::PackedLinear({t.data, ops::WeightType::BF16}, rows_, cols_, ops::GemmBackend::Auto,
+                                        ops::Residency::InPlace);
         } else {
             f32_ = t.to_f32();
             if (t.dtype == DType::F16 && aligned)

@@ -53,7 +53,8 @@ void load_weight(const Checkpoint& ckpt, const std::string& name, const std::vec
     }
     const bool aligned16 = reinterpret_cast<uintptr_t>(t.data) % alignof(uint16_t) == 0;
     if (t.dtype == DType::BF16 && aligned16) {
-        l.packed = ops::PackedLinear({t.data, ops::WeightType::BF16}, out, in);
+        l.packed = ops::PackedLinear({t.data, ops::WeightType::BF16}, out, in, ops::GemmBackend::Auto,
+                                     ops::Residency::InPlace);
     } else if (t.dtype == DType::F16 && aligned16) {
         l.packed = ops::PackedLinear({t.data, ops::WeightType::F16}, out, in);
     } else {

@@ -231,7 +231,7 @@ struct PackedLinear::Impl {
     std::vector<uint16_t> panels16;
     std::vector<float> panels32;
     // oneDNN: the weight columns (output features) in blocks of at most kDnnlBlockBytes of weights each,
-    // every block its own blocked weight memory. oneDNN's AMX matmul re-streams the weights once per row
+    // every block its own weight memory (row-major rows j0.. of W, read as the [k][width] matrix). oneDNN's AMX matmul re-streams the weights once per row
     // block, and measured here it halves its throughput from 32 MiB (4096x4096) to 96 MiB (Flash's 4096x12288
     // MLP) matrices; column blocks keep each product's weights at the size it handles best.
     struct ColBlock {
@@ -240,6 +240,7 @@ struct PackedLinear::Impl {
         dnnl::memory wmem;
     };
     std::vector<ColBlock> blocks;  // Residency::Streamed: descriptors only (wmem empty)
+    AlignedVec<uint16_t> owned;    // Residency::Packed: the weights the blocks point into
     RowProvider stream_rows;       // set when streamed
     std::string impl;
     mutable std::mutex mu;
@@ -349,43 +350,29 @@ int64_t dnnl_block_width(int64_t n, int64_t k) {
     return ((n + nblocks - 1) / nblocks + 63) / 64 * 64;
 }
 
-// The column blocks of a [n][k] bf16 weight and oneDNN's blocked layout for each (no weights yet).
+// The column blocks of a [n][k] bf16 weight and their weight descriptors (no weights yet): rows [j0, j0 +
+// width) of the row-major weight, read as the [k][width] matrix oneDNN multiplies by.
 void plan_dnnl(PackedLinear::Impl& im, int64_t n, int64_t k) {
     const int64_t bw = dnnl_block_width(n, k);
     for (int64_t j0 = 0; j0 < n; j0 += bw) {
         PackedLinear::Impl::ColBlock b;
         b.j0 = j0;
         b.width = std::min(bw, n - j0);
-        const dnnl::memory::desc any({k, b.width}, dt::bf16, tag::any);
-        const auto pd = make_pd(512, k, b.width, any);
-        b.wdesc = pd.weights_desc();
-        if (im.impl.empty()) im.impl = pd.impl_info_str();
+        b.wdesc = dnnl::memory::desc({k, b.width}, dt::bf16, dnnl::memory::dims{1, k});
+        if (im.impl.empty()) im.impl = make_pd(512, k, b.width, b.wdesc).impl_info_str();
         im.blocks.push_back(std::move(b));
     }
 }
 
-// Reorders rows [b.j0, b.j0 + b.width) of a row-major [.][k] weight (w points at row b.j0), read as the
-// [k][width] matrix oneDNN multiplies by, into b.wmem.
-void reorder_block(dnnl::stream& s, const uint16_t* w, int64_t k, const PackedLinear::Impl::ColBlock& b) {
-    const dnnl::memory::desc user({k, b.width}, dt::bf16, dnnl::memory::dims{1, k});
-    dnnl::memory src(user, dnnl_engine(), const_cast<uint16_t*>(w));
-    dnnl::memory dst = b.wmem;
-    dnnl::reorder(src, dst).execute(s, src, dst);
-    s.wait();
-}
-
-void pack_dnnl(PackedLinear::Impl& im, const uint16_t* w, int64_t n, int64_t k) {
-    plan_dnnl(im, n, k);
-    dnnl::stream s(dnnl_engine());
-    for (auto& b : im.blocks) {
-        b.wmem = dnnl::memory(b.wdesc, dnnl_engine());
-        reorder_block(s, w + b.j0 * k, k, b);
-    }
+// Points every column block at its rows of w (a row-major [n][k] bf16 weight that outlives the blocks).
+void bind_dnnl(PackedLinear::Impl& im, const uint16_t* w, int64_t k) {
+    for (auto& b : im.blocks) b.wmem = dnnl::memory(b.wdesc, dnnl_engine(), const_cast<uint16_t*>(w + b.j0 * k));
 }
 
 }  // namespace
 
-PackedLinear::PackedLinear(WeightRef w, int64_t n, int64_t k, GemmBackend backend) : n_(n), k_(k) {
+PackedLinear::PackedLinear(WeightRef w, int64_t n, int64_t k, GemmBackend backend, Residency residency)
+    : n_(n), k_(k) {
     check_shape(n, k);
     if (!w.data) throw Error("PackedLinear: null weight");
     impl_ = std::make_unique<Impl>();
@@ -393,7 +380,14 @@ PackedLinear::PackedLinear(WeightRef w, int64_t n, int64_t k, GemmBackend backen
     im.type = w.type;
     im.backend = resolve(backend, w.type);
     if (im.backend == GemmBackend::OneDnn) {
-        pack_dnnl(im, static_cast<const uint16_t*>(w.data), n, k);
+        plan_dnnl(im, n, k);
+        const uint16_t* src = static_cast<const uint16_t*>(w.data);
+        if (residency != Residency::InPlace) {
+            im.owned.resize(static_cast<size_t>(n * k));
+            std::memcpy(im.owned.data(), src, static_cast<size_t>(n * k) * sizeof(uint16_t));
+            src = im.owned.data();
+        }
+        bind_dnnl(im, src, k);
         return;
     }
     const int64_t np = (n + kNR - 1) / kNR;
@@ -429,10 +423,11 @@ PackedLinear::PackedLinear(const RowProvider& rows, int64_t n, int64_t k, GemmBa
         return;
     }
     if (im.backend == GemmBackend::OneDnn) {
-        std::vector<uint16_t> full(static_cast<size_t>(n * k));
+        plan_dnnl(im, n, k);
+        im.owned.resize(static_cast<size_t>(n * k));
         const int64_t block = std::max<int64_t>(1, (int64_t(1) << 22) / k);
-        for (int64_t r = 0; r < n; r += block) rows(r, std::min(block, n - r), full.data() + r * k);
-        pack_dnnl(im, full.data(), n, k);
+        for (int64_t r = 0; r < n; r += block) rows(r, std::min(block, n - r), im.owned.data() + r * k);
+        bind_dnnl(im, im.owned.data(), k);
         return;
     }
     const int64_t np = (n + kNR - 1) / kNR;
@@ -460,12 +455,8 @@ std::string PackedLinear::backend_name() const {
 bool PackedLinear::streamed() const { return impl_ && impl_->stream_rows; }
 
 size_t PackedLinear::packed_bytes() const {
-    if (!impl_ || impl_->stream_rows) return 0;
-    if (impl_->backend == GemmBackend::OneDnn) {
-        size_t bytes = 0;
-        for (const auto& b : impl_->blocks) bytes += b.wdesc.get_size();
-        return bytes;
-    }
+    if (!impl_) return 0;
+    if (impl_->backend == GemmBackend::OneDnn) return impl_->owned.size() * sizeof(uint16_t);
     return impl_->panels16.size() * 2 + impl_->panels32.size() * 4;
 }
 
@@ -530,11 +521,10 @@ void PackedLinear::forward(const float* x, int64_t m, float* y, Precision p, con
                 for (const auto& b : im.blocks) product(a, i0, r, b);
             }
         } else {
-            // Streamed weights: each column block is fetched and reordered once per group of up to ~2048 rows
+            // Streamed weights: each column block is fetched once per group of up to ~2048 rows
             // (the same row blocks as above, so the same primitives and bit-identical results), whose
             // activations are prepared first.
             thread_local AlignedVec<uint16_t> plain;
-            thread_local AlignedVec<uint8_t> blocked;
             const int64_t group = mb * std::max<int64_t>(1, 2048 / mb);
             for (int64_t g0 = 0; g0 < m; g0 += group) {
                 const int64_t gm = std::min(group, m - g0);
@@ -545,8 +535,7 @@ void PackedLinear::forward(const float* x, int64_t m, float* y, Precision p, con
                     uint16_t* w = scratch(plain, static_cast<size_t>(b.width * k));
                     im.stream_rows(b.j0, b.width, w);
                     Impl::ColBlock cur = b;
-                    cur.wmem = dnnl::memory(b.wdesc, dnnl_engine(), scratch(blocked, b.wdesc.get_size()));
-                    reorder_block(s, w, k, cur);
+                    cur.wmem = dnnl::memory(b.wdesc, dnnl_engine(), w);
                     for (int64_t i0 = g0; i0 < g0 + gm; i0 += mb)
                         product(a + terms * (i0 - g0) * k, i0, std::min(mb, m - i0), cur);
                 }

@@ -9,14 +9,17 @@
 // tests).
 //
 // Backends (chosen at construction, Backend::Auto picks the fastest measured for this machine):
-//   OneDnn  oneDNN matmul (brgemm AMX / avx512_core_bf16) on weights reordered into its blocked layout
-//   (bf16);
-//           primitives are cached per row count m, so repeated chunk sizes do not re-create them.
+//   OneDnn  oneDNN matmul (brgemm AMX / avx512_core_bf16) on the bf16 weights in their own row-major layout
+//           (oneDNN copies tiles as it goes; measured faster here than weights pre-reordered into its blocked
+//           layout: +3 % Exact, +7 % bf16 per decision), in column blocks of <= 32 MiB; primitives are cached
+//           per (row count, block width), so repeated chunk sizes do not re-create them.
 //   Avx512  own fp32 FMA micro-kernel (6 rows x 32 columns) on 32-column panels of bf16/f16/f32 weights.
 //   Scalar  portable loops on the same panels (the fallback on CPUs without AVX-512).
 // F16 and F32 weights are kept in their own precision (panels) and always use the own kernels; BF16 weights
 // (tensors or row providers) use oneDNN when it reports a bf16 hardware implementation.
-// Memory: the packed weights take the size of the bf16 (f16, f32) weights plus at most 31 padded rows.
+// Memory: the packed weights take the size of the bf16 (f16, f32) weights plus at most 31 padded rows; with
+// oneDNN, Residency::InPlace uses the caller's bf16 weights without a copy and Residency::Streamed fetches them
+// per call.
 #pragma once
 
 #include <cstdint>
@@ -41,20 +44,26 @@ using RowProvider = std::function<void(int64_t row0, int64_t nrows, uint16_t* bf
 
 enum class GemmBackend { Auto, OneDnn, Avx512, Scalar };
 
-// Where a RowProvider's weights live between forward calls.
+// Where the weights live between forward calls.
 enum class Residency {
     Packed,    // packed once at construction: memory = the bf16 size of the matrix
-    Streamed,  // the provider is kept and called again on every forward, one column block (<= 32 MiB of bf16)
-               // at a time, into per-thread buffers: memory = whatever the provider reads from (e.g. a mapped
-               // Q4_K tensor) + two block buffers per calling thread. Results are bit-identical to Packed.
+    InPlace,   // (WeightRef) the caller's weights are used where they are, without a copy: they must stay
+               // valid and unchanged as long as the layer lives (e.g. a mapped checkpoint). oneDNN backend
+               // with BF16 weights only; otherwise the layer packs (packed_bytes() tells).
+    Streamed,  // (RowProvider) the provider is kept and called again on every forward, one column block
+               // (<= 32 MiB of bf16) at a time, into a per-thread buffer: memory = whatever the provider reads
+               // from (e.g. a mapped Q4_K tensor) + one block buffer per calling thread. Results are
+               // bit-identical to Packed.
                // oneDNN backend only; the own-kernel backends pack instead (streamed() tells).
 };
 
 class PackedLinear {
 public:
     PackedLinear();
-    // Packs w [n][k]. Throws clef::Error on n <= 0, k <= 0, a null pointer, or a backend this CPU lacks.
-    PackedLinear(WeightRef w, int64_t n, int64_t k, GemmBackend backend = GemmBackend::Auto);
+    // Packs w [n][k] (or, with Residency::InPlace, uses it where it is). Throws clef::Error on n <= 0, k <= 0,
+    // a null pointer, or a backend this CPU lacks.
+    PackedLinear(WeightRef w, int64_t n, int64_t k, GemmBackend backend = GemmBackend::Auto,
+                 Residency residency = Residency::Packed);
     // Packs a bf16 weight [n][k] delivered row block by row block (e.g. dequantised GGUF tensors), or, with
     // Residency::Streamed, keeps the provider (which must stay valid, and be callable from any thread, as long
     // as the layer lives) and fetches the weights again on every forward.
@@ -69,7 +78,7 @@ public:
     bool empty() const { return impl_ == nullptr; }
     // The backend in use: "onednn:<impl>", "avx512", "scalar".
     std::string backend_name() const;
-    // Bytes held by the packed weights (0 when streamed).
+    // Bytes held by the packed weights (0 when streamed or in place).
     size_t packed_bytes() const;
     // Whether the weights are fetched from the row provider on every forward.
     bool streamed() const;
