@@ -29,7 +29,8 @@ std::vector<float> values() {
 }
 
 std::vector<unsigned char> buffer(GgmlType t) {
-    return std::vector<unsigned char>(clef::ggml_row_bytes(clef::ggml_type_traits(static_cast<uint32_t>(t)), kN));
+    return std::vector<unsigned char>(
+        clef::ggml_row_bytes(clef::ggml_type_traits(static_cast<uint32_t>(t)), kN));
 }
 
 void BM_Quantize(benchmark::State& st, GgmlType t) {
@@ -54,8 +55,8 @@ void BM_DequantizeBf16(benchmark::State& st, GgmlType t) {
     st.SetItemsProcessed(st.iterations() * kN);
 }
 
-#define CLEF_QUANT_BENCH(T)                                      \
-    BENCHMARK_CAPTURE(BM_Quantize, T, GgmlType::T);              \
+#define CLEF_QUANT_BENCH(T)                         \
+    BENCHMARK_CAPTURE(BM_Quantize, T, GgmlType::T); \
     BENCHMARK_CAPTURE(BM_DequantizeBf16, T, GgmlType::T);
 
 CLEF_QUANT_BENCH(Q8_0)

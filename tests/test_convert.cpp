@@ -290,8 +290,8 @@ TEST(Convert, Q8_0ParityOverAllCases) {
     EXPECT_LE(worst, 0.028);  // measured 0.0253 (instructions_fallback_and_json)
 }
 
-// Block-quantised projections are streamed from the mapped file by default (no packed copy: the backbone holds
-// no packed weights for a q8_0 file, whose every projection is Q8_0) and unpacked to bf16 at load with
+// Block-quantised projections are streamed from the mapped file by default (no packed copy: the backbone
+// holds no packed weights for a q8_0 file, whose every projection is Q8_0) and unpacked to bf16 at load with
 // LoadOptions::unpack_quantised; both give the same probabilities bit for bit on every fixture case, for
 // q8_0 and for q4_k_m (q5_0 + q8_0 here). Without oneDNN both pack.
 TEST(Convert, StreamedQuantisedEqualsUnpacked) {
@@ -300,7 +300,8 @@ TEST(Convert, StreamedQuantisedEqualsUnpacked) {
     unpack.unpack_quantised = true;
     for (const char* type : {"q8_0", "q4_k_m"}) {
         SCOPED_TRACE(type);
-        const std::unique_ptr<Engine> s = Engine::load(converted(type)), u = Engine::load(converted(type), "", unpack);
+        const std::unique_ptr<Engine> s = Engine::load(converted(type)),
+                                      u = Engine::load(converted(type), "", unpack);
         EXPECT_GT(u->backbone().packed_weight_bytes(), 0u);
         if (dnn && std::string(type) == "q8_0") {
             EXPECT_EQ(s->backbone().packed_weight_bytes(), 0u);

@@ -170,8 +170,8 @@ TEST(PackedLinear, RowProviderEqualsTensor) {
     EXPECT_GT(calls, 0);
 }
 
-// Residency::InPlace uses the caller's bf16 weights without a copy on oneDNN (packed_bytes 0; a change to them
-// shows in the next product) with results equal to the packed layer's bit for bit; other backends pack.
+// Residency::InPlace uses the caller's bf16 weights without a copy on oneDNN (packed_bytes 0; a change to
+// them shows in the next product) with results equal to the packed layer's bit for bit; other backends pack.
 TEST(PackedLinear, InPlaceEqualsPacked) {
     std::mt19937 rng(17);
     const int64_t m = 40, k = 2056, n = 8200;  // two column blocks
@@ -205,9 +205,9 @@ TEST(PackedLinear, InPlaceEqualsPacked) {
 }
 
 // Residency::Streamed fetches the weights from the provider on every forward (one call per column block and
-// group of rows; a group holds more than 1024 rows) and holds none between calls; its results equal the packed
-// layer's bit for bit, with two column blocks (8200 x 2056 bf16 is over 32 MiB), several row blocks, more rows
-// than one group, both precisions and a bias. Without oneDNN the layer packs instead.
+// group of rows; a group holds more than 1024 rows) and holds none between calls; its results equal the
+// packed layer's bit for bit, with two column blocks (8200 x 2056 bf16 is over 32 MiB), several row blocks,
+// more rows than one group, both precisions and a bias. Without oneDNN the layer packs instead.
 TEST(PackedLinear, StreamedEqualsPacked) {
     std::mt19937 rng(21);
     const int64_t k = 2056, n = 8200;

@@ -220,14 +220,30 @@ TEST(Quant, QuantiserSimdMatchesScalar) {
         for (int i = 0; i < 256; ++i) {
             const float g = nd(rng);
             switch (b % 8) {
-                case 0: v[i] = scale * g; break;
-                case 1: v[i] = scale * g * g * g; break;              // heavy tails
-                case 2: v[i] = scale * (std::fabs(g) + 0.5f); break;  // all positive
-                case 3: v[i] = -scale * std::fabs(g); break;          // all non-positive
-                case 4: v[i] = i % 32 == 5 ? scale * g : 0.f; break;  // sparse
-                case 5: v[i] = scale; break;                          // constant
-                case 6: v[i] = g * 1e-39f; break;                     // subnormal
-                default: v[i] = scale * (g + 3.f); break;             // offset
+                case 0:
+                    v[i] = scale * g;
+                    break;
+                case 1:
+                    v[i] = scale * g * g * g;
+                    break;  // heavy tails
+                case 2:
+                    v[i] = scale * (std::fabs(g) + 0.5f);
+                    break;  // all positive
+                case 3:
+                    v[i] = -scale * std::fabs(g);
+                    break;  // all non-positive
+                case 4:
+                    v[i] = i % 32 == 5 ? scale * g : 0.f;
+                    break;  // sparse
+                case 5:
+                    v[i] = scale;
+                    break;  // constant
+                case 6:
+                    v[i] = g * 1e-39f;
+                    break;  // subnormal
+                default:
+                    v[i] = scale * (g + 3.f);
+                    break;  // offset
             }
         }
     }

@@ -299,10 +299,11 @@ void add_bench_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--precision", args->precision, "Projection activations: exact (fp32-accurate) or bf16")
         ->capture_default_str();
-    CLI::Option* chunk =
-        cmd->add_option("--chunk", args->chunk, "Prefill chunk length in tokens (0 = whole prompt; default 512, 2048 when quantised weights are "
-                        "streamed)")
-            ->capture_default_str();
+    CLI::Option* chunk = cmd->add_option("--chunk", args->chunk,
+                                         "Prefill chunk length in tokens (0 = whole prompt; default 512, "
+                                         "2048 when quantised weights are "
+                                         "streamed)")
+                             ->capture_default_str();
     cmd->add_flag("--reference", args->reference, "Run the scalar reference path (the oracle) instead");
     CLI::Option* profile =
         cmd->add_flag("--profile", args->profile, "Add a per-op time breakdown of the best run (seconds)");

@@ -136,7 +136,6 @@ void run_serve(ServeArgs a, ServerOptions opt) {
     } catch (const std::exception&) {
     }
 
-
     LoadOptions lo;
     lo.unpack_quantised = a.unpack;
     Server server(opt, [model_dir, head = a.head, lo] { return Engine::load(model_dir, head, lo); });

@@ -15,7 +15,8 @@ const std::string kPrefix =
 const char* const kSchemaHeader = "\n\nSCHEMA FIELDS:\n";
 const char* const kAllowedOptions = "\nALLOWED OPTIONS:\n";
 const char* const kEndField = "END FIELD\n";
-const char* const kSuffix = "\n<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nJOINT SCHEMA DECISIONS:";
+const char* const kSuffix =
+    "\n<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nJOINT SCHEMA DECISIONS:";
 
 // Accumulates tokenized pieces and, when asked, the segments they came from.
 class Pieces {
@@ -40,7 +41,8 @@ private:
 }  // namespace
 
 PromptTooLong::PromptTooLong(int fixed, int max)
-    : Error("schema requires " + std::to_string(fixed) + " tokens before state; maximum is " + std::to_string(max)),
+    : Error("schema requires " + std::to_string(fixed) + " tokens before state; maximum is " +
+            std::to_string(max)),
       fixed_length(fixed),
       max_length(max) {}
 
@@ -123,7 +125,9 @@ EncodedPrompt encode_prompt(const Tokenizer& tok, const DecisionRequest& req, co
 namespace {
 
 // A Jinja expression printing the text s as it is (a JSON string literal is a valid Jinja string literal).
-std::string jinja_text(const std::string& s) { return "{{ " + nlohmann::json(s).dump() + " }}"; }
+std::string jinja_text(const std::string& s) {
+    return "{{ " + nlohmann::json(s).dump() + " }}";
+}
 
 // Prints a JSON value the way render_python does: strings as they are, anything else as compact JSON (the
 // caller passes objects with their keys sorted).
@@ -142,19 +146,27 @@ std::string systemone_chat_template() {
     t += sep + jinja_text("\nFIELD ") + "{{ loop.index }}" + jinja_text("\nID: ") + "{{ q.id }}" +
          jinja_text("\nTYPE: ") + "{{ q.type }}" + jinja_text("\nINSTRUCTION: ");
     // The question-id fallback for missing, null or empty instructions.
-    t += "{% set instruction = q.instructions if (q.instructions is defined and q.instructions is not none and "
-         "q.instructions != '') else q.id %}";
+    const std::string given =
+        "q.instructions is defined and q.instructions is not none and q.instructions != ''";
+    t += "{% set instruction = q.instructions if (" + given + ") else q.id %}";
     t += sep + "{{ mark_question }}" + jinja_render("instruction");
     t += sep + jinja_text(kAllowedOptions);
     t += "{% for o in q.options %}";
     t += sep + jinja_text("OPTION ") + "{{ loop.index }}" + jinja_text(": ");
-    // A noul option without a description gets the default one; other options without one print only their id.
-    t += "{% set description = o.description if (o.description is defined and o.description is not none) else "
-         "((" + nlohmann::json(kNoulTrueDescription).dump() + " if o.key == 'true' else " +
-         nlohmann::json(kNoulFalseDescription).dump() + ") if q.type == 'noul' else none) %}";
+    // A noul option without a description gets the default one; other options without one print their id
+    // only.
+    // (Appended piece by piece: gcc 12 misreads "(" + std::string as overlapping memcpy, -Wrestrict.)
+    std::string noul_default = "(";
+    noul_default += nlohmann::json(kNoulTrueDescription).dump();
+    noul_default += " if o.key == 'true' else ";
+    noul_default += nlohmann::json(kNoulFalseDescription).dump();
+    noul_default += ")";
+    t += "{% set description = o.description if (o.description is defined and o.description is not none) "
+         "else (" +
+         noul_default + " if q.type == 'noul' else none) %}";
     t += sep + "{{ mark_option }}";
-    t += "{% if description is none %}{{ {'option_id': o.key}" + json + " }}{% else %}{{ {'description': "
-         "description, 'option_id': o.key}" + json + " }}{% endif %}";
+    t += "{% if description is none %}{{ {'option_id': o.key}" + json + " }}";
+    t += "{% else %}{{ {'description': description, 'option_id': o.key}" + json + " }}{% endif %}";
     t += sep + jinja_text("\n");
     t += "{% endfor %}";
     t += sep + jinja_text(kEndField);

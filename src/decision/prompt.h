@@ -64,11 +64,12 @@ struct PromptOptions {
 EncodedPrompt encode_prompt(const Tokenizer& tok, const DecisionRequest& req, const PromptOptions& opt = {});
 
 // The same prompt as a Jinja template, the `systemone` chat template llama.cpp's `clef` GGUF files carry
-// (`tokenizer.chat_template.systemone`) for its decision server. Variables: state (any JSON; objects with sorted
-// keys), questions (list of {id, type, instructions, options: list of {key, description}} in encoded order),
-// sep (printed between the pieces that are tokenized separately), mark_question and mark_option (printed at the
-// start of the question span's and each option span's piece). Pieces and texts equal encode_prompt's segments
-// (text prompts; tests/gguf/check_systemone_template.py renders it with Jinja2 against the fixture).
+// (`tokenizer.chat_template.systemone`) for its decision server. Variables: state (any JSON; objects with
+// sorted keys), questions (list of {id, type, instructions, options: list of {key, description}} in encoded
+// order), sep (printed between the pieces that are tokenized separately), mark_question and mark_option
+// (printed at the start of the question span's and each option span's piece). Pieces and texts equal
+// encode_prompt's segments (text prompts; tests/gguf/check_systemone_template.py renders it with Jinja2
+// against the fixture).
 std::string systemone_chat_template();
 
 }  // namespace clef

@@ -153,7 +153,8 @@ bool parse_request(const JsonValue& body, DecisionRequest& out, std::vector<Requ
                     v.validation("dict_type", crit_loc(), "Input should be a valid dictionary");
                     continue;
                 }
-                JsonValue t = JsonValue::string(kNoulTrueDescription), f = JsonValue::string(kNoulFalseDescription);
+                JsonValue t = JsonValue::string(kNoulTrueDescription),
+                          f = JsonValue::string(kNoulFalseDescription);
                 // dict.update semantics: an explicit null removes the description; other keys are ignored.
                 if (has_criteria) {
                     if (const JsonValue* ct = criteria->find("true")) t = *ct;

@@ -96,12 +96,12 @@ struct Timer {
 
 }  // namespace
 
-// One projection matrix [rows][cols] (PyTorch [out][in]). The fast path runs an ops::PackedLinear on the mapped
-// weight: BF16 used in place (no copy) on the oneDNN backend, packed once at load otherwise (never an fp32 copy
-// of a BF16 / F16 matrix); the reference path reads BF16 straight from the mapped file
-// (converted on the fly by ops::linear_bf16) and keeps fp32 copies of other dtypes (small models). A
-// quantised matrix is packed from rows dequantised to bf16 block by block; its reference path dequantises
-// blocks of rows to fp32 for ops::linear.
+// One projection matrix [rows][cols] (PyTorch [out][in]). The fast path runs an ops::PackedLinear on the
+// mapped weight: BF16 used in place (no copy) on the oneDNN backend, packed once at load otherwise (never an
+// fp32 copy of a BF16 / F16 matrix); the reference path reads BF16 straight from the mapped file (converted
+// on the fly by ops::linear_bf16) and keeps fp32 copies of other dtypes (small models). A quantised matrix is
+// packed from rows dequantised to bf16 block by block; its reference path dequantises blocks of rows to fp32
+// for ops::linear.
 class Backbone::Linear {
 public:
     Linear(const QuantMatrix& q, ops::Residency residency)
@@ -132,8 +132,12 @@ public:
                 packed_ = ops::PackedLinear({f32_.data(), ops::WeightType::F32}, rows_, cols_);
         }
     }
-    size_t packed_bytes() const { return packed_.packed_bytes(); }
-    bool streamed() const { return packed_.streamed(); }
+    size_t packed_bytes() const {
+        return packed_.packed_bytes();
+    }
+    bool streamed() const {
+        return packed_.streamed();
+    }
     int64_t rows() const {
         return rows_;
     }
@@ -242,8 +246,8 @@ Backbone::Backbone(const TextConfig& cfg, const Checkpoint& ckpt, const QuantTen
     };
     auto linear = [&](const std::string& name, const std::vector<int64_t>& shape) {
         if (const QuantMatrix* q = find_quant(name, shape)) {
-            const bool block_quantised = q->type != GgmlType::F32 && q->type != GgmlType::F16 &&
-                                         q->type != GgmlType::BF16;
+            const bool block_quantised =
+                q->type != GgmlType::F32 && q->type != GgmlType::F16 && q->type != GgmlType::BF16;
             linears_.push_back(
                 std::make_unique<Linear>(*q, block_quantised ? quant_residency : ops::Residency::Packed));
         } else {

@@ -231,9 +231,10 @@ struct PackedLinear::Impl {
     std::vector<uint16_t> panels16;
     std::vector<float> panels32;
     // oneDNN: the weight columns (output features) in blocks of at most kDnnlBlockBytes of weights each,
-    // every block its own weight memory (row-major rows j0.. of W, read as the [k][width] matrix). oneDNN's AMX matmul re-streams the weights once per row
-    // block, and measured here it halves its throughput from 32 MiB (4096x4096) to 96 MiB (Flash's 4096x12288
-    // MLP) matrices; column blocks keep each product's weights at the size it handles best.
+    // every block its own weight memory (row-major rows j0.. of W, read as the [k][width] matrix). oneDNN's
+    // AMX matmul re-streams the weights once per row block, and measured here it halves its throughput from
+    // 32 MiB (4096x4096) to 96 MiB (Flash's 4096x12288 MLP) matrices; column blocks keep each product's
+    // weights at the size it handles best.
     struct ColBlock {
         int64_t j0 = 0, width = 0;
         dnnl::memory::desc wdesc;
@@ -366,7 +367,8 @@ void plan_dnnl(PackedLinear::Impl& im, int64_t n, int64_t k) {
 
 // Points every column block at its rows of w (a row-major [n][k] bf16 weight that outlives the blocks).
 void bind_dnnl(PackedLinear::Impl& im, const uint16_t* w, int64_t k) {
-    for (auto& b : im.blocks) b.wmem = dnnl::memory(b.wdesc, dnnl_engine(), const_cast<uint16_t*>(w + b.j0 * k));
+    for (auto& b : im.blocks)
+        b.wmem = dnnl::memory(b.wdesc, dnnl_engine(), const_cast<uint16_t*>(w + b.j0 * k));
 }
 
 }  // namespace
@@ -452,7 +454,9 @@ std::string PackedLinear::backend_name() const {
     }
 }
 
-bool PackedLinear::streamed() const { return impl_ && impl_->stream_rows; }
+bool PackedLinear::streamed() const {
+    return impl_ && impl_->stream_rows;
+}
 
 size_t PackedLinear::packed_bytes() const {
     if (!impl_) return 0;

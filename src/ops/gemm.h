@@ -18,8 +18,8 @@
 // F16 and F32 weights are kept in their own precision (panels) and always use the own kernels; BF16 weights
 // (tensors or row providers) use oneDNN when it reports a bf16 hardware implementation.
 // Memory: the packed weights take the size of the bf16 (f16, f32) weights plus at most 31 padded rows; with
-// oneDNN, Residency::InPlace uses the caller's bf16 weights without a copy and Residency::Streamed fetches them
-// per call.
+// oneDNN, Residency::InPlace uses the caller's bf16 weights without a copy and Residency::Streamed fetches
+// them per call.
 #pragma once
 
 #include <cstdint>
@@ -51,8 +51,8 @@ enum class Residency {
                // valid and unchanged as long as the layer lives (e.g. a mapped checkpoint). oneDNN backend
                // with BF16 weights only; otherwise the layer packs (packed_bytes() tells).
     Streamed,  // (RowProvider) the provider is kept and called again on every forward, one column block
-               // (<= 32 MiB of bf16) at a time, into a per-thread buffer: memory = whatever the provider reads
-               // from (e.g. a mapped Q4_K tensor) + one block buffer per calling thread. Results are
+               // (<= 32 MiB of bf16) at a time, into a per-thread buffer: memory = whatever the provider
+               // reads from (e.g. a mapped Q4_K tensor) + one block buffer per calling thread. Results are
                // bit-identical to Packed.
                // oneDNN backend only; the own-kernel backends pack instead (streamed() tells).
 };
@@ -60,13 +60,13 @@ enum class Residency {
 class PackedLinear {
 public:
     PackedLinear();
-    // Packs w [n][k] (or, with Residency::InPlace, uses it where it is). Throws clef::Error on n <= 0, k <= 0,
-    // a null pointer, or a backend this CPU lacks.
+    // Packs w [n][k] (or, with Residency::InPlace, uses it where it is). Throws clef::Error on n <= 0, k <=
+    // 0, a null pointer, or a backend this CPU lacks.
     PackedLinear(WeightRef w, int64_t n, int64_t k, GemmBackend backend = GemmBackend::Auto,
                  Residency residency = Residency::Packed);
     // Packs a bf16 weight [n][k] delivered row block by row block (e.g. dequantised GGUF tensors), or, with
-    // Residency::Streamed, keeps the provider (which must stay valid, and be callable from any thread, as long
-    // as the layer lives) and fetches the weights again on every forward.
+    // Residency::Streamed, keeps the provider (which must stay valid, and be callable from any thread, as
+    // long as the layer lives) and fetches the weights again on every forward.
     PackedLinear(const RowProvider& rows, int64_t n, int64_t k, GemmBackend backend = GemmBackend::Auto,
                  Residency residency = Residency::Packed);
     PackedLinear(PackedLinear&&) noexcept;

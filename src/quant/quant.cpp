@@ -450,14 +450,15 @@ void quant_minmax(const float* x, Block* b, int64_t nb) {
     }
 }
 
-// ---- K-quant scale searches ---------------------------------------------------------------------------------
+// ---- K-quant scale searches
+// ---------------------------------------------------------------------------------
 //
 // The K types pick each sub-block's scale (and min) by a small grid search. Two kernels evaluate a candidate:
-// the scalar reference below and an AVX-512 one that computes the same numbers: sums over a sub-block (16 or 32
-// values) accumulate in 16 fp32 lanes (value i in lane i % 16, added in order of i) reduced in a fixed pairwise
-// order, integer sums are exact, and levels clamp in float before rounding (NaN -> the lower bound), as the
-// vector min / max instructions do. The two kernels give identical blocks (tests/test_quant.cpp), so a file's
-// bytes do not depend on the CPU that wrote it.
+// the scalar reference below and an AVX-512 one that computes the same numbers: sums over a sub-block (16 or
+// 32 values) accumulate in 16 fp32 lanes (value i in lane i % 16, added in order of i) reduced in a fixed
+// pairwise order, integer sums are exact, and levels clamp in float before rounding (NaN -> the lower bound),
+// as the vector min / max instructions do. The two kernels give identical blocks (tests/test_quant.cpp), so a
+// file's bytes do not depend on the CPU that wrote it.
 
 struct LevelStats {
     int sl = 0, sll = 0;  // sum of levels, of squared levels
@@ -473,9 +474,15 @@ float lane_sum(const float* v) {
 }
 
 // max / min with the vector instructions' semantics (the second operand when either is NaN).
-inline float vmax(float a, float b) { return a > b ? a : b; }
-inline float vmin(float a, float b) { return a < b ? a : b; }
-inline float level(float v, float lo, float hi) { return std::nearbyint(vmin(vmax(v, lo), hi)); }
+inline float vmax(float a, float b) {
+    return a > b ? a : b;
+}
+inline float vmin(float a, float b) {
+    return a < b ? a : b;
+}
+inline float level(float v, float lo, float hi) {
+    return std::nearbyint(vmin(vmax(v, lo), hi));
+}
 
 struct ScalarSearch {
     // Affine levels l = clamp(round(k * (x - c)), 0, nmax) of n values.
@@ -526,11 +533,13 @@ struct ScalarSearch {
 #ifdef CLEF_QUANT_SIMD
 struct SimdSearch {
     CLEF_AVX512 static __m512 level(__m512 v, __m512 lo, __m512 hi) {
-        return _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(v, lo), hi), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        return _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(v, lo), hi),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     }
     // lane_sum in registers, same order.
     CLEF_AVX512 static float reduce(__m512 v) {
-        const __m256 b = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+        const __m256 b = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
         const __m128 c = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
         const __m128 d = _mm_add_ps(c, _mm_movehl_ps(c, c));
         return _mm_cvtss_f32(_mm_add_ss(d, _mm_shuffle_ps(d, d, 1)));
@@ -564,7 +573,8 @@ struct SimdSearch {
     }
     CLEF_AVX512 static LevelStats sym_stats(const float* x, float s) {
         const __m512 xv = _mm512_loadu_ps(x);
-        const __m512 l = level(_mm512_div_ps(xv, _mm512_set1_ps(s)), _mm512_set1_ps(-32.f), _mm512_set1_ps(31.f));
+        const __m512 l =
+            level(_mm512_div_ps(xv, _mm512_set1_ps(s)), _mm512_set1_ps(-32.f), _mm512_set1_ps(31.f));
         const __m512i li = _mm512_cvtps_epi32(l);
         LevelStats st;
         st.sll = _mm512_reduce_add_epi32(_mm512_mullo_epi32(li, li));
@@ -584,7 +594,8 @@ struct SimdSearch {
 // the scale around (max - min) / nmax, each candidate refined by a least-squares fit of scale and min to its
 // levels (the approach of ggml's make_qkx2_quants, written from the format's definition). min >= 0.
 template <class K>
-[[gnu::always_inline]] inline void fit_scale_min_with(const float* x, int nmax, float& scale, float& min_out) {
+[[gnu::always_inline]] inline void fit_scale_min_with(const float* x, int nmax, float& scale,
+                                                      float& min_out) {
     constexpr int n = 32;
     float lo = x[0], hi = x[0], sx_lanes[16] = {};
     for (int i = 0; i < n; ++i) {
@@ -647,7 +658,9 @@ template <class K>
 CLEF_AVX512 void fit_scale_min_simd(const float* x, int nmax, float& scale, float& min_out) {
     fit_scale_min_with<SimdSearch>(x, nmax, scale, min_out);
 }
-CLEF_AVX512 float fit_scale_sym_simd(const float* x) { return fit_scale_sym_with<SimdSearch>(x); }
+CLEF_AVX512 float fit_scale_sym_simd(const float* x) {
+    return fit_scale_sym_with<SimdSearch>(x);
+}
 #endif
 
 void fit_scale_min(const float* x, int nmax, float& scale, float& min_out) {
