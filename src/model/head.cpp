@@ -34,12 +34,16 @@ bool is_float_dtype(DType t) {
 }
 
 // A torch.nn.Linear: w [out][in], optional bias [out]. The fast path runs `packed` (fp32 weights packed once,
-// Precision::Exact); a head loaded with reference = true leaves it empty and runs the scalar ops::linear.
+// Precision::Exact) and frees w unless asked to keep it (the memory attention reads its k / v rows); a head
+// loaded with reference = true leaves `packed` empty and runs the scalar ops::linear on w.
 struct Dense {
     std::vector<float> w, b;
     int64_t out = 0, in = 0;
     ops::PackedLinear packed;
-    void pack() { packed = ops::PackedLinear({w.data(), ops::WeightType::F32}, out, in); }
+    void pack(bool keep_weights = false) {
+        packed = ops::PackedLinear({w.data(), ops::WeightType::F32}, out, in);
+        if (!keep_weights) std::vector<float>().swap(w);
+    }
     void apply(const float* x, int64_t rows, float* y) const {
         if (!packed.empty())
             packed.forward(x, rows, y, ops::Precision::Exact, b.empty() ? nullptr : b.data());
@@ -151,7 +155,7 @@ public:
             d.out = d.in = w;
             d.w.assign(in_w.begin() + i * w * w, in_w.begin() + (i + 1) * w * w);
             d.b.assign(in_b.begin() + i * w, in_b.begin() + (i + 1) * w);
-            if (pack_) d.pack();
+            if (pack_) d.pack(/*keep_weights=*/&d != &a.q);  // attend_memory reads k's and v's rows
         }
         a.out = dense(prefix + ".out_proj", w, w, true);
         return a;
