@@ -39,15 +39,17 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const std::st
         e->backbone_ = std::make_unique<Backbone>(
             e->config_.text, *e->weights_, &g.matrices,
             options.unpack_quantised ? ops::Residency::Packed : ops::Residency::Streamed);
-        e->head_file_ = std::move(g.head);
+        // The head converts its tensors to fp32 and packs them: its file (for a GGUF, a temporary fp32 file)
+        // is released once the head is built.
+        const std::unique_ptr<SafetensorsFile> head_file = std::move(g.head);
         const std::string prefix = e->backbone_->prefix();
         for (const std::string& name : {std::string("lm_head.weight"), prefix + "embed_tokens.weight"}) {
             if (auto it = g.matrices.find(name); it != g.matrices.end()) {
-                e->head_ = std::make_unique<JointHead>(e->head_config_, *e->head_file_, it->second);
+                e->head_ = std::make_unique<JointHead>(e->head_config_, *head_file, it->second);
                 break;
             }
             if (const TensorView* t = e->weights_->find(name)) {
-                e->head_ = std::make_unique<JointHead>(e->head_config_, *e->head_file_, *t);
+                e->head_ = std::make_unique<JointHead>(e->head_config_, *head_file, *t);
                 break;
             }
         }
@@ -68,14 +70,15 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const std::st
     e->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(dir.tokenizer_path));
     e->weights_ = std::make_unique<Checkpoint>(Checkpoint::open(dir.weights_path));
     e->backbone_ = std::make_unique<Backbone>(e->config_.text, *e->weights_);
-    e->head_file_ = std::make_unique<SafetensorsFile>(SafetensorsFile::open(dir.head_weights_path));
+    const SafetensorsFile head_file =
+        SafetensorsFile::open(dir.head_weights_path);  // released once the head is built
     const TensorView* lm_head = e->weights_->find("lm_head.weight");
     if (!lm_head && e->config_.text.tie_word_embeddings)
         lm_head = e->weights_->find(e->backbone_->prefix() + "embed_tokens.weight");
     if (!lm_head)
         throw Error(e->weights_->description() +
                     ": missing tensor lm_head.weight (the head's lexical table)");
-    e->head_ = std::make_unique<JointHead>(e->head_config_, *e->head_file_, *lm_head);
+    e->head_ = std::make_unique<JointHead>(e->head_config_, head_file, *lm_head);
     if (e->config_.vision && VisionTower::in_checkpoint(*e->weights_))
         e->load_vision(dir.processor_config_path);
     return e;

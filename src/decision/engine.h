@@ -109,7 +109,6 @@ private:
     HeadConfig head_config_;
     std::unique_ptr<Tokenizer> tokenizer_;
     std::unique_ptr<Checkpoint> weights_;
-    std::unique_ptr<SafetensorsFile> head_file_;
     std::unique_ptr<Backbone> backbone_;
     std::unique_ptr<JointHead> head_;
     std::unique_ptr<VisionTower> vision_;
