@@ -33,8 +33,7 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchArgs {
     std::string model;
-    std::string head;  // joint head directory for a qwen35 (backbone-only) GGUF
-    bool unpack = false;
+    LoadArgs load;
     int64_t tokens = 512;
     int repeat = 3;
     int warmup = 1;
@@ -45,12 +44,6 @@ struct BenchArgs {
     bool profile = false;
     std::string image;  // "WxH": time the vision tower on a synthetic image instead of decisions
 };
-
-LoadOptions load_options(const BenchArgs& a) {
-    LoadOptions o;
-    o.unpack_quantised = a.unpack;
-    return o;
-}
 
 double seconds_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -152,7 +145,7 @@ void run_bench(const BenchArgs& a) {
     if (a.threads > 0) ops::set_num_threads(a.threads);
 
     const auto tl = Clock::now();
-    std::unique_ptr<Engine> engine = Engine::load(a.model, a.head, load_options(a));
+    std::unique_ptr<Engine> engine = Engine::load(a.model, a.load.head, a.load.options());
     const double load_s = seconds_since(tl);
     const Engine::Prepared prepared = engine->prepare(synthetic_request(a.tokens), opt);
     const int64_t T = static_cast<int64_t>(prepared.prompt.input_ids.size());
@@ -226,7 +219,7 @@ void run_image_bench(const BenchArgs& a) {
     if (a.threads > 0) ops::set_num_threads(a.threads);
 
     const auto tl = Clock::now();
-    std::unique_ptr<Engine> engine = Engine::load(a.model, a.head, load_options(a));
+    std::unique_ptr<Engine> engine = Engine::load(a.model, a.load.head, a.load.options());
     if (!engine->vision()) throw Error(a.model + ": the model has no vision tower (--image needs one)");
     std::unique_ptr<VisionTower> reference;
     if (a.reference)
@@ -287,9 +280,7 @@ void add_bench_command(CLI::App& app) {
                                        "WxH) the vision tower on one synthetic "
                                        "image (JSON line)");
     cmd->add_option("--model", args->model, "Model directory (publisher layout) or GGUF file")->required();
-    cmd->add_option("--head", args->head, "Joint head directory for a qwen35 (backbone-only) GGUF");
-    cmd->add_flag("--unpack-weights", args->unpack,
-                  "GGUF: unpack quantised projections to bf16 at load (faster prefill, bf16-size memory)");
+    add_load_options(cmd, args->load);
     CLI::Option* tokens = cmd->add_option("--tokens", args->tokens, "Prompt tokens")->capture_default_str();
     cmd->add_option("--repeat", args->repeat,
                     "Timed runs: decisions, or images with --image (best and median are reported)")

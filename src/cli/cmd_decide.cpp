@@ -18,8 +18,7 @@ namespace {
 
 struct DecideArgs {
     std::string model;
-    std::string head;  // joint head directory for a qwen35 (backbone-only) GGUF
-    bool unpack = false;
+    LoadArgs load;
     std::string input = "-";
     int max_length = 16384;
     bool debug = false;
@@ -63,9 +62,7 @@ void run_decide(const DecideArgs& a) {
     std::vector<RequestError> errors;
     if (!parse_request(body, req, errors)) throw Error(source + ": " + describe_errors(errors));
 
-    LoadOptions lo;
-    lo.unpack_quantised = a.unpack;
-    std::unique_ptr<Engine> engine = Engine::load(a.model, a.head, lo);
+    std::unique_ptr<Engine> engine = Engine::load(a.model, a.load.head, a.load.options());
     Decision d = engine->decide(req, opt);
     std::string out = write_json(d.response);
     out += '\n';
@@ -78,9 +75,7 @@ void add_decide_command(CLI::App& app) {
     auto args = std::make_shared<DecideArgs>();
     CLI::App* cmd = app.add_subcommand("decide", "Answer one System One request body (JSON) and print the response");
     cmd->add_option("--model", args->model, "Model directory (publisher layout) or GGUF file")->required();
-    cmd->add_option("--head", args->head, "Joint head directory for a qwen35 (backbone-only) GGUF");
-    cmd->add_flag("--unpack-weights", args->unpack,
-                  "GGUF: unpack quantised projections to bf16 at load (faster prefill, bf16-size memory)");
+    add_load_options(cmd, args->load);
     cmd->add_option("input", args->input, "Request body file, or - for stdin")->capture_default_str();
     cmd->add_option("--max-length", args->max_length, "Maximum prompt tokens; the state is cut to fit")
         ->capture_default_str();

@@ -22,8 +22,7 @@ namespace {
 
 struct ServeArgs {
     std::string model;
-    std::string head;  // joint head directory for a qwen35 (backbone-only) GGUF
-    bool unpack = false;
+    LoadArgs load;
     bool demo = false;
     std::string name;
     std::vector<std::string> api_keys;
@@ -136,9 +135,9 @@ void run_serve(ServeArgs a, ServerOptions opt) {
     } catch (const std::exception&) {
     }
 
-    LoadOptions lo;
-    lo.unpack_quantised = a.unpack;
-    Server server(opt, [model_dir, head = a.head, lo] { return Engine::load(model_dir, head, lo); });
+    Server server(opt, [model_dir, head = a.load.head, lo = a.load.options()] {
+        return Engine::load(model_dir, head, lo);
+    });
     if (!server.bind()) throw Error(server.error());
     std::fprintf(stderr, "clef: serving %s on http://%s:%d (POST /v1/systemone)%s\n", opt.model_name.c_str(),
                  opt.host.c_str(), server.port(), opt.api_keys.empty() ? "" : ", API keys required");
@@ -162,9 +161,7 @@ void add_serve_command(CLI::App& app) {
     auto opt = std::make_shared<ServerOptions>();
     CLI::App* cmd = app.add_subcommand("serve", "Serve decisions over HTTP (System One API: POST /v1/systemone)");
     cmd->add_option("--model", args->model, "Model directory (publisher layout) or GGUF file");
-    cmd->add_option("--head", args->head, "Joint head directory for a qwen35 (backbone-only) GGUF");
-    cmd->add_flag("--unpack-weights", args->unpack,
-                  "GGUF: unpack quantised projections to bf16 at load (faster prefill, bf16-size memory)");
+    add_load_options(cmd, args->load);
     cmd->add_flag("--demo", args->demo, "Serve a tiny built-in random model (answers carry no meaning)");
     cmd->add_option("--host", opt->host, "Address to listen on")->capture_default_str();
     cmd->add_option("--port", opt->port, "Port (0 = any free port)")->capture_default_str();

@@ -58,8 +58,8 @@ struct Decision {
 struct LoadOptions {
     // GGUF block-quantised projections (Q8_0, Q4_K, ...): false (the default) keeps them in the mapped file
     // and dequantises each one per prefill chunk, so the model takes about its file size in memory; true
-    // unpacks them to bf16 once at load (prefill up to ~10-20 % faster, bf16-size memory: ~17 GB for
-    // Clef-Flash whatever the file's type).
+    // unpacks them to bf16 once at load (prefill 0-7 % faster as measured in docs/GGUF.md, bf16-size
+    // memory: ~17 GB for Clef-Flash whatever the file's type).
     bool unpack_quantised = false;
 };
 
