@@ -274,8 +274,8 @@ int main(int argc, char** argv) {
     } cases[] = {
         {"OneDnn_Exact", GemmBackend::OneDnn, Precision::Exact},
         {"OneDnn_BF16", GemmBackend::OneDnn, Precision::BF16},
-        {"Avx512_Exact", GemmBackend::Avx512, Precision::Exact},
-        {"Avx512_BF16", GemmBackend::Avx512, Precision::BF16},
+        {"Simd_Exact", GemmBackend::Simd, Precision::Exact},
+        {"Simd_BF16", GemmBackend::Simd, Precision::BF16},
     };
     for (const auto& c : cases) benchmark::RegisterBenchmark(c.name, BM_Linear, c.be, c.p)->Apply(shapes);
     benchmark::RunSpecifiedBenchmarks();

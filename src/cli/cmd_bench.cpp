@@ -1,5 +1,6 @@
 // clef bench: times whole decisions on a synthetic request of exactly N prompt tokens and prints one JSON
-// line (throughput, backbone GFLOP/s against a measured oneDNN BF16 matmul peak, head share, peak RSS).
+// line (throughput, backbone GFLOP/s against the measured yardstick of the precision's path, head share, peak
+// RSS, the GEMM plan and the CPU features in use).
 // With --image WxH it times the image path instead: one synthetic picture through the image processor and
 // the vision tower + merger (docs/PERFORMANCE.md "Vision tower").
 #include <sys/resource.h>
@@ -8,7 +9,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <dnnl.hpp>
 #include <memory>
 #include <string>
 #include <utility>
@@ -22,6 +22,8 @@
 #include "model/backbone.h"
 #include "model/vision.h"
 #include "ops/cpu.h"
+#include "ops/gemm.h"
+#include "ops/simd.h"
 #include "util/error.h"
 #include "util/json.h"
 
@@ -79,35 +81,14 @@ DecisionRequest synthetic_request(int64_t tokens) {
     return req;
 }
 
-// Best GFLOP/s of a oneDNN matmul [m][k] x [k][n], bf16 inputs, fp32 output, weights in the blocked layout
-// oneDNN picks (the machine's BF16 GEMM peak as the backbone's projections see it).
-double onednn_bf16_peak_gflops(int64_t m, int64_t k, int64_t n, int iters) {
-    using namespace dnnl;
-    engine eng(engine::kind::cpu, 0);
-    stream s(eng);
-    memory::desc a_md({m, k}, memory::data_type::bf16, memory::format_tag::ab);
-    memory::desc b_any({k, n}, memory::data_type::bf16, memory::format_tag::any);
-    memory::desc b_md({k, n}, memory::data_type::bf16, memory::format_tag::ba);
-    memory::desc c_md({m, n}, memory::data_type::f32, memory::format_tag::ab);
-    matmul::primitive_desc pd(matmul::desc(a_md, b_any, c_md), eng);
-    memory a(a_md, eng), b_plain(b_md, eng), b(pd.weights_desc(), eng), c(c_md, eng);
-    auto fill = [](memory& mem, size_t count) {
-        auto* p = static_cast<uint16_t*>(mem.get_data_handle());
-        for (size_t i = 0; i < count; ++i)
-            p[i] = static_cast<uint16_t>(0x3c00 + (i * 2654435761u >> 20) % 256);
-    };
-    fill(a, static_cast<size_t>(m * k));
-    fill(b_plain, static_cast<size_t>(k * n));
-    reorder(b_plain, b).execute(s, b_plain, b);
-    matmul mm(pd);
-    double best = 1e30;
-    for (int i = 0; i < iters; ++i) {
-        const auto t0 = Clock::now();
-        mm.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
-        s.wait();
-        if (i > 0) best = std::min(best, seconds_since(t0));  // the first run creates the kernels
-    }
-    return 2.0 * static_cast<double>(m) * k * n / best / 1e9;
+// The yardstick a path is measured against, in this process on 512x4096x4096 (oneDNN's own matmuls, weights
+// in the layout it prefers): exact = the larger of the fp32 matmul and a third of the bf16 one (Exact needs
+// three bf16 products); bf16 = the bf16 matmul where bf16 units exist, else the fp32 one.
+double yardstick_gflops(ops::Precision p) {
+    const double f32 = ops::dnnl_matmul_gflops(false, 512, 4096, 4096, 5);
+    const double bf16 = ops::dnnl_matmul_gflops(true, 512, 4096, 4096, 5);
+    if (p == ops::Precision::Exact) return std::max(f32, bf16 / 3);
+    return bf16 > 0 ? bf16 : f32;
 }
 
 JsonValue profile_json(const DecisionProfile& p) {
@@ -145,7 +126,8 @@ void run_bench(const BenchArgs& a) {
     if (a.threads > 0) ops::set_num_threads(a.threads);
 
     const auto tl = Clock::now();
-    std::unique_ptr<Engine> engine = Engine::load(a.model, a.load.head, a.load.options());
+    std::unique_ptr<Engine> engine =
+        Engine::load(a.model, a.load.head, a.load.options(opt.backbone.precision));
     const double load_s = seconds_since(tl);
     const Engine::Prepared prepared = engine->prepare(synthetic_request(a.tokens), opt);
     const int64_t T = static_cast<int64_t>(prepared.prompt.input_ids.size());
@@ -166,13 +148,15 @@ void run_bench(const BenchArgs& a) {
     const auto [t_best, t_median] = best_median(total);
     const double flops = backbone_flops(engine->config().text, T);
     const double gflops = flops / best.backbone_total / 1e9;
-    const double peak = onednn_bf16_peak_gflops(512, 4096, 4096, 6);
+    const double peak = yardstick_gflops(opt.backbone.precision);
     const double head = best.head_features + best.head_decide;
 
     JsonValue o = JsonValue::object();
     o.set("tokens", JsonValue::integer(T));
     o.set("threads", JsonValue::integer(ops::num_threads()));
     o.set("precision", JsonValue::string(a.reference ? "reference" : a.precision));
+    o.set("gemm", JsonValue::string(ops::gemm_plan_string()));
+    o.set("cpu", JsonValue::string(ops::cpu_features_string() + ", simd " + ops::simd_target()));
     o.set("chunk", JsonValue::integer(engine->backbone().chunk_length(opt.backbone, T)));
     o.set("streamed_weights", JsonValue::boolean(engine->backbone().streams_weights()));
     o.set("repeat", JsonValue::integer(a.repeat));

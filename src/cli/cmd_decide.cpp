@@ -62,7 +62,8 @@ void run_decide(const DecideArgs& a) {
     std::vector<RequestError> errors;
     if (!parse_request(body, req, errors)) throw Error(source + ": " + describe_errors(errors));
 
-    std::unique_ptr<Engine> engine = Engine::load(a.model, a.load.head, a.load.options());
+    std::unique_ptr<Engine> engine =
+        Engine::load(a.model, a.load.head, a.load.options(opt.backbone.precision));
     Decision d = engine->decide(req, opt);
     std::string out = write_json(d.response);
     out += '\n';

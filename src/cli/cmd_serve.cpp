@@ -135,7 +135,7 @@ void run_serve(ServeArgs a, ServerOptions opt) {
     } catch (const std::exception&) {
     }
 
-    Server server(opt, [model_dir, head = a.load.head, lo = a.load.options()] {
+    Server server(opt, [model_dir, head = a.load.head, lo = a.load.options(opt.backbone.precision)] {
         return Engine::load(model_dir, head, lo);
     });
     if (!server.bind()) throw Error(server.error());

@@ -16,7 +16,8 @@ namespace clef {
 struct LoadArgs {
     std::string head;
     bool unpack = false;
-    LoadOptions options() const;
+    // `main`: the precision the command decides in (it picks the weight layout: ops::default_gemm_plan).
+    LoadOptions options(ops::Precision main = ops::Precision::Exact) const;
 };
 void add_load_options(CLI::App* cmd, LoadArgs& args);
 

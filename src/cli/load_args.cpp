@@ -5,9 +5,10 @@
 
 namespace clef {
 
-LoadOptions LoadArgs::options() const {
+LoadOptions LoadArgs::options(ops::Precision main) const {
     LoadOptions o;
     o.unpack_quantised = unpack;
+    o.precision = main;
     return o;
 }
 

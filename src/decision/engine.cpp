@@ -10,6 +10,7 @@
 #include "model/head.h"
 #include "model/vision.h"
 #include "ops/cpu.h"
+#include "ops/gemm.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -26,6 +27,7 @@ Engine::~Engine() = default;
 
 std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const std::string& head_dir,
                                      const LoadOptions& options) {
+    ops::set_gemm_plan(ops::default_gemm_plan(options.precision));
     if (is_gguf_file(model_dir)) {
         GgufModel g = load_gguf_model(model_dir, head_dir);
         if (!g.head)

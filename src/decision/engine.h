@@ -61,6 +61,9 @@ struct LoadOptions {
     // unpacks them to bf16 once at load (prefill 0-7 % faster as measured in docs/GGUF.md, bf16-size
     // memory: ~17 GB for Clef-Flash whatever the file's type).
     bool unpack_quantised = false;
+    // The precision decisions will mostly run in: it fixes the projections' weight layout for this CPU
+    // (ops::default_gemm_plan; the process's GEMM plan is set at load). Either precision still runs.
+    ops::Precision precision = ops::Precision::Exact;
 };
 
 class Engine {

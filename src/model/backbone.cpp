@@ -14,6 +14,7 @@
 #include "ops/rope.h"
 #include "util/error.h"
 #include "util/half.h"
+#include "util/mmap.h"
 
 namespace clef {
 
@@ -124,6 +125,8 @@ public:
             // Used in place from the mapped checkpoint (no copy) where the backend allows.
             packed_ = ops::PackedLinear({t.data, ops::WeightType::BF16}, rows_, cols_, ops::GemmBackend::Auto,
                                         ops::Residency::InPlace);
+            // Packed into the own kernels' panels instead: the mapped copy need not stay resident.
+            if (packed_.packed_bytes() > 0) drop_mapped_pages(t.data, static_cast<size_t>(rows_ * cols_) * 2);
         } else {
             f32_ = t.to_f32();
             if (t.dtype == DType::F16 && aligned)

@@ -1,9 +1,5 @@
 #include "ops/attention_fast.h"
 
-// gcc 12 reports its own intrinsics (_mm512_undefined_* self-initialisation) as maybe-uninitialized.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -11,6 +7,7 @@
 
 #include "ops/basic.h"
 #include "ops/cpu.h"
+#include "ops/gemm.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -35,8 +32,6 @@ struct Shape {
     int64_t os;
     bool bf16;
 };
-
-#define CLEF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
 
 // K and V of every kv head, prepared once per call: K transposed into key blocks Kt[g][block][dh][kBK] (zero
 // columns past the last key), V contiguous [g][lk][dh]; both rounded to bf16 values in BF16 mode.
@@ -70,95 +65,20 @@ Prepared prepare(const Shape& a) {
 
 using SBlock = float[kBK];
 
-// S[i..i+4)[0..kBK) = scale * Q[i..i+4) . Kt, for i < nq4 (a multiple of 4).
-void qk_generic(const float* Qb, const float* Kt, int dh, int nq4, float scale, SBlock* S) {
-    for (int i = 0; i < nq4; i += 4) {
-        float acc[4][kBK] = {};
-        for (int d = 0; d < dh; ++d) {
-            const float* kt = Kt + d * kBK;
-            for (int r = 0; r < 4; ++r) {
-                const float qv = Qb[(i + r) * dh + d];
-#pragma omp simd
-                for (int j = 0; j < kBK; ++j) acc[r][j] += qv * kt[j];
-            }
-        }
-        for (int r = 0; r < 4; ++r)
-            for (int j = 0; j < kBK; ++j) S[i + r][j] = acc[r][j] * scale;
-    }
+// S[0..nq4)[0..kBK) = scale * Q . Kt (the dispatched small GEMM; Kt's padding columns are zero).
+void qk(const float* Qb, const float* Kt, int dh, int nq4, float scale, SBlock* S) {
+    std::fill(S[0], S[0] + nq4 * kBK, 0.f);
+    small_gemm_acc(nq4, kBK, dh, scale, Qb, dh, Kt, kBK, S[0], kBK);
 }
 
-CLEF_AVX512 void qk_512(const float* Qb, const float* Kt, int dh, int nq4, float scale, SBlock* S) {
-    static_assert(kBK == 64, "4 vectors of 16 keys");
-    const __m512 sc = _mm512_set1_ps(scale);
-    for (int i = 0; i < nq4; i += 4) {
-        __m512 acc[4][4];
-        for (int r = 0; r < 4; ++r)
-            for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
-        for (int d = 0; d < dh; ++d) {
-            const float* kt = Kt + d * kBK;
-            const __m512 k0 = _mm512_loadu_ps(kt), k1 = _mm512_loadu_ps(kt + 16),
-                         k2 = _mm512_loadu_ps(kt + 32), k3 = _mm512_loadu_ps(kt + 48);
-            for (int r = 0; r < 4; ++r) {
-                const __m512 qv = _mm512_set1_ps(Qb[(i + r) * dh + d]);
-                acc[r][0] = _mm512_fmadd_ps(qv, k0, acc[r][0]);
-                acc[r][1] = _mm512_fmadd_ps(qv, k1, acc[r][1]);
-                acc[r][2] = _mm512_fmadd_ps(qv, k2, acc[r][2]);
-                acc[r][3] = _mm512_fmadd_ps(qv, k3, acc[r][3]);
-            }
-        }
-        for (int r = 0; r < 4; ++r)
-            for (int c = 0; c < 4; ++c) _mm512_storeu_ps(S[i + r] + 16 * c, _mm512_mul_ps(acc[r][c], sc));
-    }
-}
-
-// O[i..i+4)[0..dh) += P[i..i+4)[0..nk) . V[0..nk)[0..dh).
-void pv_generic(const SBlock* S, const float* V, int nk, int dh, int nq4, float* O) {
-    for (int i = 0; i < nq4; i += 4)
-        for (int j = 0; j < nk; ++j) {
-            const float* vj = V + static_cast<int64_t>(j) * dh;
-            for (int r = 0; r < 4; ++r) {
-                const float pv = S[i + r][j];
-                float* o = O + (i + r) * dh;
-#pragma omp simd
-                for (int d = 0; d < dh; ++d) o[d] += pv * vj[d];
-            }
-        }
-}
-
-template <int NC>
-CLEF_AVX512 void pv_chunk_512(const SBlock* S, const float* V, int nk, int dh, int i, int d0, float* O) {
-    __m512 acc[4][NC];
-    for (int r = 0; r < 4; ++r)
-        for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_loadu_ps(O + (i + r) * dh + d0 + 16 * c);
-    for (int j = 0; j < nk; ++j) {
-        const float* vj = V + static_cast<int64_t>(j) * dh + d0;
-        __m512 vv[NC];
-        for (int c = 0; c < NC; ++c) vv[c] = _mm512_loadu_ps(vj + 16 * c);
-        for (int r = 0; r < 4; ++r) {
-            const __m512 p = _mm512_set1_ps(S[i + r][j]);
-            for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(p, vv[c], acc[r][c]);
-        }
-    }
-    for (int r = 0; r < 4; ++r)
-        for (int c = 0; c < NC; ++c) _mm512_storeu_ps(O + (i + r) * dh + d0 + 16 * c, acc[r][c]);
-}
-
-// Needs dh % 16 == 0.
-CLEF_AVX512 void pv_512(const SBlock* S, const float* V, int nk, int dh, int nq4, float* O) {
-    for (int i = 0; i < nq4; i += 4) {
-        int d0 = 0;
-        for (; d0 + 64 <= dh; d0 += 64) pv_chunk_512<4>(S, V, nk, dh, i, d0, O);
-        if (d0 + 32 <= dh) {
-            pv_chunk_512<2>(S, V, nk, dh, i, d0, O);
-            d0 += 32;
-        }
-        if (d0 + 16 <= dh) pv_chunk_512<1>(S, V, nk, dh, i, d0, O);
-    }
+// O[0..nq4)[0..dh) += P[0..nq4)[0..nk) . V[0..nk)[0..dh).
+void pv(const SBlock* S, const float* V, int nk, int dh, int nq4, float* O) {
+    small_gemm_acc(nq4, dh, nk, 1.f, S[0], kBK, V, dh, O, dh);
 }
 
 // One query block [i0, i0 + nq) of head h. Scratch: Qb [kBQ][dh], O [kBQ][dh]. Rows are processed in groups
 // of 4 (padding rows are zero queries, computed and never stored).
-void block(const Shape& a, const Prepared& pr, bool use512, int h, int64_t i0, int nq, float* Qb, float* O) {
+void block(const Shape& a, const Prepared& pr, int h, int64_t i0, int nq, float* Qb, float* O) {
     const int dh = a.dh;
     const int g = h / (a.hq / a.hkv);
     const int64_t off = a.lk - a.lq;  // absolute position of query 0
@@ -182,10 +102,7 @@ void block(const Shape& a, const Prepared& pr, bool use512, int h, int64_t i0, i
         const int nk = static_cast<int>(std::min<int64_t>(kBK, kend - j0));
         const float* Kt = pr.kt.data() + (g * pr.nkb + j0 / kBK) * dh * kBK;
         const float* V = pr.v.data() + (g * a.lk + j0) * dh;
-        if (use512)
-            qk_512(Qb, Kt, dh, nq4, a.scale, S);
-        else
-            qk_generic(Qb, Kt, dh, nq4, a.scale, S);
+        qk(Qb, Kt, dh, nq4, a.scale, S);
         // Online softmax per row; S becomes P (0 for keys the row cannot see).
         for (int i = 0; i < nq4; ++i) {
             const int64_t lim = i >= nq ? 0 : (a.causal ? off + i0 + i + 1 - j0 : nk);
@@ -213,10 +130,7 @@ void block(const Shape& a, const Prepared& pr, bool use512, int h, int64_t i0, i
                 for (int d = 0; d < dh; ++d) oi[d] *= corr;
             }
         }
-        if (use512)
-            pv_512(S, V, nk, dh, nq4, O);
-        else
-            pv_generic(S, V, nk, dh, nq4, O);
+        pv(S, V, nk, dh, nq4, O);
     }
     for (int i = 0; i < nq; ++i) {
         float* dst = a.out + (i0 + i) * a.os + static_cast<int64_t>(h) * dh;
@@ -243,7 +157,6 @@ void attention_fast(const float* q, int64_t q_stride, const float* k, int64_t k_
     const int64_t tasks = nqb * hq;
     num_threads();  // applies the global thread setting to this thread
     const Prepared pr = prepare(a);
-    const bool use512 = cpu_features().has_avx512() && dh % 16 == 0;
 #pragma omp parallel if (lq * lk * hq * int64_t(dh) > (1 << 16))
     {
         std::vector<float> buf(static_cast<size_t>(2 * kBQ) * dh);
@@ -255,7 +168,7 @@ void attention_fast(const float* q, int64_t q_stride, const float* k, int64_t k_
             const int64_t qb = nqb - 1 - t / hq;  // the longest blocks first
             const int h = static_cast<int>(t % hq);
             const int64_t i0 = qb * kBQ;
-            block(a, pr, use512, h, i0, static_cast<int>(std::min<int64_t>(kBQ, lq - i0)), Qb, O);
+            block(a, pr, h, i0, static_cast<int>(std::min<int64_t>(kBQ, lq - i0)), Qb, O);
         }
     }
 }

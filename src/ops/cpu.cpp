@@ -2,6 +2,9 @@
 
 #include <omp.h>
 
+#include <hwy/targets.h>
+#include <dnnl.hpp>
+
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
@@ -35,6 +38,47 @@ int count_physical_cores(int logical) {
     return cores.empty() ? logical : static_cast<int>(cores.size());
 }
 
+// CLEF_MAX_ISA levels, lowest first.
+enum class Isa { Baseline, Sse4, Avx2, Avx512, Avx512Bf16, Native };
+
+Isa isa_cap(std::string& name) {
+    const char* e = std::getenv("CLEF_MAX_ISA");
+    name = e ? e : "native";
+    static const std::pair<const char*, Isa> levels[] = {{"baseline", Isa::Baseline},
+                                                         {"sse4", Isa::Sse4},
+                                                         {"avx2", Isa::Avx2},
+                                                         {"avx512", Isa::Avx512},
+                                                         {"avx512_bf16", Isa::Avx512Bf16}};
+    for (const auto& [n, level] : levels)
+        if (name == n) return level;
+    name = "native";
+    return Isa::Native;
+}
+
+// Clears the features above the cap and tells Highway and oneDNN (before either picks an implementation).
+void apply_cap(CpuFeatures& f) {
+    const Isa cap = isa_cap(f.isa_cap);
+    if (cap == Isa::Native) return;
+    f.amx_bf16 = f.amx_tile = false;  // every cap is below AMX
+    if (cap < Isa::Avx512Bf16) f.avx512_bf16 = false;
+    if (cap < Isa::Avx512) f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = false;
+    if (cap < Isa::Avx2) f.avx2 = f.fma = f.f16c = false;
+    int64_t off = 0;
+    if (cap < Isa::Avx512) off |= HWY_AVX3 | HWY_AVX3_DL;
+    if (cap < Isa::Avx2) off |= HWY_AVX2;
+    if (cap < Isa::Sse4) off |= HWY_SSE4 | HWY_SSSE3;
+    if (off) hwy::DisableTargets(off);
+    const dnnl::cpu_isa isa = cap <= Isa::Sse4     ? dnnl::cpu_isa::sse41
+                              : cap == Isa::Avx2   ? dnnl::cpu_isa::avx2
+                              : cap == Isa::Avx512 ? dnnl::cpu_isa::avx512_core
+                                                   : dnnl::cpu_isa::avx512_core_bf16;
+    try {
+        dnnl::set_max_cpu_isa(isa);
+    } catch (const dnnl::error&) {
+        // Already fixed by an earlier oneDNN call (or by DNNL_MAX_CPU_ISA): the features above stay capped.
+    }
+}
+
 CpuFeatures detect() {
     CpuFeatures f;
     __builtin_cpu_init();
@@ -57,6 +101,7 @@ CpuFeatures detect() {
     const unsigned hc = std::thread::hardware_concurrency();
     f.logical_cpus = hc > 0 ? static_cast<int>(hc) : 1;
     f.physical_cores = count_physical_cores(f.logical_cpus);
+    apply_cap(f);
     return f;
 }
 
@@ -96,6 +141,7 @@ std::string cpu_features_string() {
     add(f.amx_tile, "amx_tile");
     add(f.amx_bf16, "amx_bf16");
     if (s.empty()) s = "baseline";
+    if (f.isa_cap != "native") s += " (capped: CLEF_MAX_ISA=" + f.isa_cap + ")";
     return s + ", " + std::to_string(f.physical_cores) + " physical cores / " +
            std::to_string(f.logical_cpus) + " logical CPUs";
 }

@@ -3,9 +3,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,6 +10,7 @@
 
 #include "util/error.h"
 #include "util/half.h"
+#include "util/mmap.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -927,13 +925,7 @@ void matrix_row(const QuantMatrix& m, int64_t r, T* dst, RowFn row) {
 }  // namespace
 
 void QuantMatrix::drop_pages() const {
-    if (!file_mapped || !data) return;
-    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-    const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
-    const uintptr_t end =
-        (reinterpret_cast<uintptr_t>(data) + static_cast<uint64_t>(rows) * row_bytes()) / page * page;
-    // Advice only: on failure the pages simply stay resident.
-    if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    if (file_mapped) drop_mapped_pages(data, static_cast<size_t>(static_cast<uint64_t>(rows) * row_bytes()));
 }
 
 void QuantMatrix::row_f32(int64_t r, float* dst) const { matrix_row(*this, r, dst, dequantize_row_f32); }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -57,6 +58,14 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
         path_ = std::move(o.path_);
     }
     return *this;
+}
+
+void drop_mapped_pages(const void* p, size_t bytes) {
+    if (!p || bytes == 0) return;
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+    if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 }  // namespace clef

@@ -27,4 +27,9 @@ private:
     std::string path_;
 };
 
+// Releases the whole pages inside [p, p + bytes) of a read-only file mapping from this process's resident set
+// (madvise MADV_DONTNEED; they are re-read from the file if used again). Advice only: on failure the pages
+// simply stay resident.
+void drop_mapped_pages(const void* p, size_t bytes);
+
 }  // namespace clef
