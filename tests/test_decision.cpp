@@ -3,6 +3,7 @@
 // body.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -30,6 +31,21 @@ const JsonValue& cases() { return clef::testing::tiny_cases(); }
 const Engine& engine() {
     static const std::unique_ptr<Engine> e = Engine::load(kModel);
     return *e;
+}
+
+// The same model loaded for BF16 decisions: the weight layout of that precision's GEMM plan on this CPU
+// (oneDNN bf16 where bf16 units exist; ops::default_gemm_plan).
+const Engine& bf16_engine() {
+    static const std::unique_ptr<Engine> e = [] {
+        LoadOptions o;
+        o.precision = ops::Precision::BF16;
+        return Engine::load(kModel, "", o);
+    }();
+    return *e;
+}
+
+size_t argmax(const std::vector<double>& v) {
+    return static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
 std::string name_of(const JsonValue& c) {
@@ -148,7 +164,8 @@ TEST_P(DecisionParity, HiddenStatesLogitsProbabilitiesAndResponse) {
         opt.backbone.chunked_delta_rule = path.chunked_delta_rule;
         opt.backbone.reference = path.reference;
         opt.backbone.precision = path.precision;
-        Decision d = engine().decide(req, opt, /*keep_hidden=*/true);
+        const Engine& e = path.precision == ops::Precision::BF16 ? bf16_engine() : engine();
+        Decision d = e.decide(req, opt, /*keep_hidden=*/true);
         const auto& want_h = c.find("last_hidden_state")->items();
         const size_t T = want_h.size();
         const size_t H = want_h[0].items().size();
@@ -171,6 +188,10 @@ TEST_P(DecisionParity, HiddenStatesLogitsProbabilitiesAndResponse) {
             const auto& wl = qs[i].find("logits")->items();
             const auto& wp = qs[i].find("probabilities")->items();
             ASSERT_EQ(d.logits[i].size(), wl.size());
+            std::vector<double> want_p;
+            for (const auto& v : wp) want_p.push_back(v.as_double());
+            const std::vector<double> got_p(d.probabilities[i].begin(), d.probabilities[i].end());
+            EXPECT_EQ(argmax(got_p), argmax(want_p)) << "question " << i << ": the decision differs";
             for (size_t j = 0; j < wl.size(); ++j) {
                 max_logit = std::max(max_logit, std::fabs(d.logits[i][j] - wl[j].as_double()));
                 max_prob = std::max(max_prob, std::fabs(d.probabilities[i][j] - wp[j].as_double()));
