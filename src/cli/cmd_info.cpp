@@ -6,6 +6,8 @@
 
 #include "cli/commands.h"
 #include "model/model_info.h"
+#include "ops/cpu.h"
+#include "ops/gemm.h"
 
 namespace clef {
 
@@ -16,9 +18,26 @@ struct InfoOptions {
     bool json = false;
 };
 
+// How this machine would run the model's projections in each precision (ops::default_gemm_plan).
+std::string gemm_for(ops::Precision p) {
+    ops::set_gemm_plan(ops::default_gemm_plan(p));
+    return ops::gemm_plan_string();
+}
+
 void run_info(const InfoOptions& opt) {
     const ModelInfo info = compute_model_info(opt.model);
-    const std::string out = opt.json ? model_info_to_json(info).dump(2) + "\n" : format_model_info(info);
+    const std::string exact = gemm_for(ops::Precision::Exact), bf16 = gemm_for(ops::Precision::BF16);
+    std::string out;
+    if (opt.json) {
+        auto j = model_info_to_json(info);
+        j["cpu"] = ops::cpu_features_string();
+        j["gemm"] = {{"exact", exact}, {"bf16", bf16}};
+        out = j.dump(2) + "\n";
+    } else {
+        out = format_model_info(info) + "\nthis machine\n  cpu                   " +
+              ops::cpu_features_string() + "\n  gemm exact            " + exact +
+              "\n  gemm bf16             " + bf16 + "\n";
+    }
     std::fwrite(out.data(), 1, out.size(), stdout);
     std::fflush(stdout);
 }
