@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/gguf_model.h"
+#include "ops/simd.h"
 #include "quant/quant.h"
 #include "test_util.h"
 #include "util/error.h"
@@ -161,46 +162,51 @@ TEST(Quant, RandomBlocksMatchPerValueDecoder) {
     }
 }
 
-// The AVX-512 dequantisers (Q8_0, Q4_K, Q5_K, Q6_K) against the scalar loops, bit for bit: many random blocks
-// (scales of every magnitude, including fp16 inf / NaN and subnormals), an odd source address, fp32 and bf16.
-TEST(Quant, SimdMatchesScalar) {
-    if (!quant_simd_available()) GTEST_SKIP() << "no AVX-512 on this CPU";
-    std::mt19937 rng(23);
-    const float specials[] = {INFINITY, -INFINITY, NAN, 6e-8f, -3e-5f, 65504.f, 0.f};
-    for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
-        const GgmlTypeTraits tt = ggml_type_traits(static_cast<uint32_t>(t));
-        SCOPED_TRACE(tt.name);
-        const int nblocks = 96;
-        std::vector<uint8_t> storage(nblocks * tt.type_size + 1);
-        uint8_t* bytes = storage.data() + 1;  // odd address: the kernels must not assume alignment
-        for (auto& x : storage) x = static_cast<uint8_t>(rng());
-        for (int b = 0; b < nblocks; ++b)
-            for (int off : half_fields(t)) {
-                const float v = b < 7 ? specials[b] : std::ldexp(static_cast<float>(rng() % 2000) - 1000.f,
-                                                                 static_cast<int>(rng() % 30) - 25);
-                const uint16_t h16 = f32_to_f16(v);
-                std::memcpy(bytes + b * tt.type_size + off, &h16, 2);
+// The vector dequantisers (Q8_0, Q4_K, Q5_K, Q6_K) against the scalar loops, bit for bit, on every Highway
+// target compiled in: many random blocks (scales of every magnitude, including fp16 inf / NaN and
+// subnormals), an odd source address, fp32 and bf16.
+TEST(Quant, SimdMatchesScalarOnEveryTarget) {
+    for (int64_t target : ops::simd_targets()) {
+        SCOPED_TRACE(ops::simd_target_name(target));
+        const ops::ScopedSimdTarget use(target);
+        std::mt19937 rng(23);
+        const float specials[] = {INFINITY, -INFINITY, NAN, 6e-8f, -3e-5f, 65504.f, 0.f};
+        for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+            const GgmlTypeTraits tt = ggml_type_traits(static_cast<uint32_t>(t));
+            SCOPED_TRACE(tt.name);
+            const int nblocks = 96;
+            std::vector<uint8_t> storage(nblocks * tt.type_size + 1);
+            uint8_t* bytes = storage.data() + 1;  // odd address: the kernels must not assume alignment
+            for (auto& x : storage) x = static_cast<uint8_t>(rng());
+            for (int b = 0; b < nblocks; ++b)
+                for (int off : half_fields(t)) {
+                    const float v = b < 7 ? specials[b]
+                                          : std::ldexp(static_cast<float>(rng() % 2000) - 1000.f,
+                                                       static_cast<int>(rng() % 30) - 25);
+                    const uint16_t h16 = f32_to_f16(v);
+                    std::memcpy(bytes + b * tt.type_size + off, &h16, 2);
+                }
+            const int n = nblocks * static_cast<int>(tt.block_size);
+            std::vector<float> ref(n), fast(n), scalar(n);
+            std::vector<uint16_t> bf_fast(n), bf_scalar(n);
+            dequantize_ref(t, bytes, ref.data(), n);
+            dequantize_row_f32(t, bytes, fast.data(), n);
+            dequantize_row_bf16(t, bytes, bf_fast.data(), n);
+            set_quant_simd(false);
+            dequantize_row_f32(t, bytes, scalar.data(), n);
+            dequantize_row_bf16(t, bytes, bf_scalar.data(), n);
+            set_quant_simd(true);
+            auto bits = [](float v) {
+                uint32_t u;
+                std::memcpy(&u, &v, 4);
+                return u;
+            };
+            for (int i = 0; i < n; ++i) {
+                ASSERT_EQ(bits(fast[i]), bits(ref[i])) << i << ": " << fast[i] << " vs " << ref[i];
+                ASSERT_EQ(bits(scalar[i]), bits(ref[i])) << i;
+                ASSERT_EQ(bf_fast[i], f32_to_bf16(ref[i])) << i;
+                ASSERT_EQ(bf_scalar[i], bf_fast[i]) << i;
             }
-        const int n = nblocks * static_cast<int>(tt.block_size);
-        std::vector<float> ref(n), fast(n), scalar(n);
-        std::vector<uint16_t> bf_fast(n), bf_scalar(n);
-        dequantize_ref(t, bytes, ref.data(), n);
-        dequantize_row_f32(t, bytes, fast.data(), n);
-        dequantize_row_bf16(t, bytes, bf_fast.data(), n);
-        set_quant_simd(false);
-        dequantize_row_f32(t, bytes, scalar.data(), n);
-        dequantize_row_bf16(t, bytes, bf_scalar.data(), n);
-        set_quant_simd(true);
-        auto bits = [](float v) {
-            uint32_t u;
-            std::memcpy(&u, &v, 4);
-            return u;
-        };
-        for (int i = 0; i < n; ++i) {
-            ASSERT_EQ(bits(fast[i]), bits(ref[i])) << i << ": " << fast[i] << " vs " << ref[i];
-            ASSERT_EQ(bits(scalar[i]), bits(ref[i])) << i;
-            ASSERT_EQ(bf_fast[i], f32_to_bf16(ref[i])) << i;
-            ASSERT_EQ(bf_scalar[i], bf_fast[i]) << i;
         }
     }
 }

@@ -244,16 +244,18 @@ ScopedGemmPlan::~ScopedGemmPlan() {
 }
 
 std::string gemm_plan_string() {
+    // Appended piece by piece (gcc 12 reports chained std::string + as -Wrestrict, a known false positive).
     const GemmPlan& p = gemm_plan();
     const GemmBackend b = PackedLinear::auto_backend(WeightType::BF16);
     std::string s = backend_label(b);
-    if (b == GemmBackend::Simd) s += "(" + simd_target() + ")";
+    if (b == GemmBackend::Simd) s.append("(").append(simd_target()).append(")");
     if (b != GemmBackend::OneDnn) return s;
-    auto one = [](GemmKernel k) {
-        return std::string(kernel_name(k)) + ":" +
-               (k == GemmKernel::F32 ? dnnl_f32_impl() : dnnl_bf16_impl());
-    };
-    return s + " exact=" + one(p.exact) + " bf16=" + one(p.bf16);
+    for (const auto& [name, k] : {std::pair{" exact=", p.exact}, std::pair{" bf16=", p.bf16}})
+        s.append(name)
+            .append(kernel_name(k))
+            .append(":")
+            .append(k == GemmKernel::F32 ? dnnl_f32_impl() : dnnl_bf16_impl());
+    return s;
 }
 
 double dnnl_matmul_gflops(bool bf16, int64_t m, int64_t k, int64_t n, int iters) {
@@ -401,11 +403,21 @@ GemmBackend resolve(GemmBackend b, WeightType t) {
 }
 
 // Packs rows [j0, j0 + nrows) of a row-major [.][k] source (already at row j0) into panel layout.
+// In tiles of 64 values of t, so that the tile being written (4-8 KiB) stays in L1 while each of the 32 rows
+// is read sequentially (streamed layers pack on every forward).
 template <class T>
 void to_panel(const T* rows, int nrows, int64_t k, T* panel) {
-    for (int64_t t = 0; t < k; ++t) {
-        T* dst = panel + t * kNR;
-        for (int c = 0; c < kNR; ++c) dst[c] = c < nrows ? rows[c * k + t] : T(0);
+    constexpr int64_t kTile = 64;
+    for (int64_t t0 = 0; t0 < k; t0 += kTile) {
+        const int64_t t1 = std::min(k, t0 + kTile);
+        for (int c = 0; c < kNR; ++c) {
+            if (c >= nrows) {
+                for (int64_t t = t0; t < t1; ++t) panel[t * kNR + c] = T(0);
+                continue;
+            }
+            const T* src = rows + c * k;
+            for (int64_t t = t0; t < t1; ++t) panel[t * kNR + c] = src[t];
+        }
     }
 }
 
@@ -520,9 +532,9 @@ std::string PackedLinear::backend_name() const {
     if (!impl_) return "empty";
     switch (impl_->backend) {
         case GemmBackend::OneDnn:
-            return "onednn(" + gemm_plan_string() + ")";
+            return std::string("onednn(").append(gemm_plan_string()).append(")");
         case GemmBackend::Simd:
-            return "simd(" + simd_target() + ")";
+            return std::string("simd(").append(simd_target()).append(")");
         default:
             return "scalar";
     }

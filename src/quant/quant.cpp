@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include "ops/cpu.h"
+#include "ops/quant_blocks.h"
 #include "util/error.h"
 #include "util/half.h"
 #include "util/mmap.h"
@@ -22,53 +24,17 @@ namespace clef {
 
 namespace {
 
-constexpr int kQK = 32;    // the 32-value blocks
-constexpr int kQKK = 256;  // the K super-blocks
-
-#pragma pack(push, 1)
-struct BlockQ4_0 {
-    uint16_t d;
-    uint8_t qs[16];
-};
-struct BlockQ4_1 {
-    uint16_t d, m;
-    uint8_t qs[16];
-};
-struct BlockQ5_0 {
-    uint16_t d;
-    uint8_t qh[4];
-    uint8_t qs[16];
-};
-struct BlockQ5_1 {
-    uint16_t d, m;
-    uint8_t qh[4];
-    uint8_t qs[16];
-};
-struct BlockQ8_0 {
-    uint16_t d;
-    int8_t qs[32];
-};
-struct BlockQ4_K {
-    uint16_t d, dmin;
-    uint8_t scales[12];
-    uint8_t qs[128];
-};
-struct BlockQ5_K {
-    uint16_t d, dmin;
-    uint8_t scales[12];
-    uint8_t qh[32];
-    uint8_t qs[128];
-};
-struct BlockQ6_K {
-    uint8_t ql[128];
-    uint8_t qh[64];
-    int8_t scales[16];
-    uint16_t d;
-};
-#pragma pack(pop)
-static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
-              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 &&
-              sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
+using ops::BlockQ4_0;
+using ops::BlockQ4_1;
+using ops::BlockQ4_K;
+using ops::BlockQ5_0;
+using ops::BlockQ5_1;
+using ops::BlockQ5_K;
+using ops::BlockQ6_K;
+using ops::BlockQ8_0;
+using ops::kQK;
+using ops::kQKK;
+using ops::scale_min_k4;
 
 float h2f(uint16_t h) { return f16_to_f32(h); }
 
@@ -76,17 +42,6 @@ uint32_t load_u32(const uint8_t* p) {
     uint32_t v;
     std::memcpy(&v, p, 4);
     return v;
-}
-
-// The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block.
-void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
-    if (j < 4) {
-        sc = q[j] & 63;
-        m = q[j + 4] & 63;
-    } else {
-        sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
 }
 
 void set_scale_min_k4(int j, uint8_t* q, int sc, int m) {
@@ -209,126 +164,33 @@ void deq_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {
     }
 }
 
-// ---- AVX-512 dequantisation ----------------------------------------------------------------------------------
-// Same arithmetic as the scalar loops above, operation by operation (products and differences rounded
-// separately, no FMA), so the results are bit-identical; test_quant compares them on random blocks.
+// ---- vector dequantisation
+// --------------------------------------------------------------------------------- ops/quant_blocks.h's
+// Highway kernels (every CPU target), bit-identical to the scalar loops above; test_quant compares them on
+// random blocks on every target.
 
-#if CLEF_QUANT_SIMD
-bool g_simd = quant_simd_available();
+bool g_simd = true;
 
-CLEF_AVX512 inline void store16(float* y, __m512 v) { _mm512_storeu_ps(y, v); }
-
-// util/half.h's f32_to_bf16 on 16 lanes: round to nearest even, NaN kept (quiet bit set).
-CLEF_AVX512 inline void store16(uint16_t* y, __m512 v) {
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i hi = _mm512_srli_epi32(u, 16);
-    const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                  _mm512_set1_epi32(0x7f800000));
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm512_cvtepi32_epi16(r));
-}
-
-CLEF_AVX512 inline __m512i load16_u8(const uint8_t* p) {
-    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-// d * l - m on 16 integer levels.
-CLEF_AVX512 inline __m512 scale_sub(__m512i l, float d, float m) {
-    return _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(l)), _mm512_set1_ps(m));
-}
-
-template <class Out>
-CLEF_AVX512 void simd_q8_0(const BlockQ8_0* b, Out* y, int64_t nb) {
-    for (int64_t i = 0; i < nb; ++i, y += kQK) {
-        const __m512 d = _mm512_set1_ps(h2f(b[i].d));
-        for (int h = 0; h < 2; ++h) {
-            const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs + 16 * h));
-            store16(y + 16 * h, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d));
-        }
-    }
-}
-
-// Q4_K (kBits 4) and Q5_K (kBits 5): 64-value groups, low nibbles then high nibbles, Q5_K's fifth bit from qh.
-template <int kBits, class Block, class Out>
-CLEF_AVX512 void simd_qk_minmax(const Block* b, Out* y, int64_t nb) {
-    const __m512i nib = _mm512_set1_epi32(0xF), sixteen = _mm512_set1_epi32(16);
-    for (int64_t i = 0; i < nb; ++i) {
-        const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
-        const uint8_t* q = b[i].qs;
-        for (int g = 0; g < 4; ++g, q += 32, y += 64) {
-            int sc, m;
-            scale_min_k4(2 * g, b[i].scales, sc, m);
-            const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
-            scale_min_k4(2 * g + 1, b[i].scales, sc, m);
-            const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
-            for (int h = 0; h < 2; ++h) {
-                const __m512i v = load16_u8(q + 16 * h);
-                __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_srli_epi32(v, 4);
-                if constexpr (kBits == 5) {
-                    const __m512i qh = load16_u8(b[i].qh + 16 * h);
-                    lo = _mm512_mask_add_epi32(lo, _mm512_test_epi32_mask(qh, _mm512_set1_epi32(1 << (2 * g))), lo,
-                                               sixteen);
-                    hi = _mm512_mask_add_epi32(hi, _mm512_test_epi32_mask(qh, _mm512_set1_epi32(2 << (2 * g))), hi,
-                                               sixteen);
-                }
-                store16(y + 16 * h, scale_sub(lo, d1, m1));
-                store16(y + 32 + 16 * h, scale_sub(hi, d2, m2));
-            }
-        }
-    }
-}
-
-template <class Out>
-CLEF_AVX512 void simd_q6_k(const BlockQ6_K* b, Out* y, int64_t nb) {
-    const __m512i nib = _mm512_set1_epi32(0xF), three = _mm512_set1_epi32(3), off = _mm512_set1_epi32(32);
-    for (int64_t i = 0; i < nb; ++i) {
-        const __m512 d = _mm512_set1_ps(h2f(b[i].d));
-        const uint8_t* ql = b[i].ql;
-        const uint8_t* qh = b[i].qh;
-        const int8_t* sc = b[i].scales;
-        for (int half = 0; half < 2; ++half, y += 128, ql += 64, qh += 32, sc += 8) {
-            for (int h = 0; h < 2; ++h) {  // l in [16h, 16h + 16): sub-block scale index h
-                const __m512i a = load16_u8(ql + 16 * h), c = load16_u8(ql + 32 + 16 * h);
-                const __m512i hb = load16_u8(qh + 16 * h);
-                const __m512i q[4] = {
-                    _mm512_or_si512(_mm512_and_si512(a, nib), _mm512_slli_epi32(_mm512_and_si512(hb, three), 4)),
-                    _mm512_or_si512(_mm512_and_si512(c, nib),
-                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2), three), 4)),
-                    _mm512_or_si512(_mm512_srli_epi32(a, 4),
-                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 4), three), 4)),
-                    _mm512_or_si512(_mm512_srli_epi32(c, 4),
-                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 6), three), 4))};
-                for (int j = 0; j < 4; ++j) {
-                    const __m512i prod =
-                        _mm512_mullo_epi32(_mm512_sub_epi32(q[j], off), _mm512_set1_epi32(sc[h + 2 * j]));
-                    store16(y + 32 * j + 16 * h, _mm512_mul_ps(d, _mm512_cvtepi32_ps(prod)));
-                }
-            }
-        }
-    }
-}
-
-// Dequantises n values with the AVX-512 kernels; false when the type has none or SIMD is off.
+// Dequantises n values with the vector kernels; false when the type has none or SIMD is off.
 template <class Out>
 bool simd_row(GgmlType type, const unsigned char* p, Out* y, int64_t n) {
     if (!g_simd) return false;
     switch (type) {
-        case GgmlType::Q8_0: simd_q8_0(reinterpret_cast<const BlockQ8_0*>(p), y, n / kQK); return true;
-        case GgmlType::Q4_K: simd_qk_minmax<4>(reinterpret_cast<const BlockQ4_K*>(p), y, n / kQKK); return true;
-        case GgmlType::Q5_K: simd_qk_minmax<5>(reinterpret_cast<const BlockQ5_K*>(p), y, n / kQKK); return true;
-        case GgmlType::Q6_K: simd_q6_k(reinterpret_cast<const BlockQ6_K*>(p), y, n / kQKK); return true;
+        case GgmlType::Q8_0:
+            ops::dequant_blocks(ops::DequantType::Q8_0, p, n / kQK, y);
+            return true;
+        case GgmlType::Q4_K:
+            ops::dequant_blocks(ops::DequantType::Q4_K, p, n / kQKK, y);
+            return true;
+        case GgmlType::Q5_K:
+            ops::dequant_blocks(ops::DequantType::Q5_K, p, n / kQKK, y);
+            return true;
+        case GgmlType::Q6_K:
+            ops::dequant_blocks(ops::DequantType::Q6_K, p, n / kQKK, y);
+            return true;
         default: return false;
     }
 }
-#else
-bool g_simd = false;
-template <class Out>
-bool simd_row(GgmlType, const unsigned char*, Out*, int64_t) {
-    return false;
-}
-#endif
 
 void check_n(GgmlType type, int64_t n) {
     const GgmlTypeTraits t = ggml_type_traits(static_cast<uint32_t>(type));
@@ -663,14 +525,14 @@ CLEF_AVX512 float fit_scale_sym_simd(const float* x) {
 
 void fit_scale_min(const float* x, int nmax, float& scale, float& min_out) {
 #ifdef CLEF_QUANT_SIMD
-    if (g_simd) return fit_scale_min_simd(x, nmax, scale, min_out);
+    if (g_simd && quant_simd_available()) return fit_scale_min_simd(x, nmax, scale, min_out);
 #endif
     fit_scale_min_with<ScalarSearch>(x, nmax, scale, min_out);
 }
 
 float fit_scale_sym(const float* x) {
 #ifdef CLEF_QUANT_SIMD
-    if (g_simd) return fit_scale_sym_simd(x);
+    if (g_simd && quant_simd_available()) return fit_scale_sym_simd(x);
 #endif
     return fit_scale_sym_with<ScalarSearch>(x);
 }
@@ -846,18 +708,16 @@ void dequantize_ref(GgmlType type, const void* src, float* y, int64_t n) {
 
 bool quant_simd_available() {
 #if CLEF_QUANT_SIMD
-    static const bool ok = [] {
-        __builtin_cpu_init();  // may run before libgcc's own constructor (static initialisation of g_simd)
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    }();
+    static const bool ok = ops::cpu_features().has_avx512();
     return ok;
 #else
     return false;
 #endif
 }
 
-void set_quant_simd(bool enabled) { g_simd = enabled && quant_simd_available(); }
+void set_quant_simd(bool enabled) {
+    g_simd = enabled;
+}
 
 void dequantize_row_f32(GgmlType type, const void* src, float* dst, int64_t n) {
     check_n(type, n);

@@ -75,8 +75,10 @@ inline uint64_t ggml_row_bytes(const GgmlTypeTraits& t, uint64_t n) {
     return n / t.block_size * t.type_size;
 }
 
-// AVX-512 dequantisation is used for Q8_0, Q4_K, Q5_K and Q6_K when the CPU has it (the other types take the
-// scalar path); false forces the scalar path (tests compare both).
+// Q8_0, Q4_K, Q5_K and Q6_K dequantise with ops' Highway kernels on every CPU (the other types take the
+// scalar path); the K-quant scale searches of the quantisers have AVX-512 kernels, used where
+// quant_simd_available() (AVX-512, under CLEF_MAX_ISA). set_quant_simd(false) forces the scalar paths of both
+// (tests compare).
 bool quant_simd_available();
 void set_quant_simd(bool enabled);
 
