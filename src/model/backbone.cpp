@@ -185,8 +185,13 @@ private:
 struct Backbone::Ctx {
     const BackboneOptions& opt;
     BackboneProfile* prof;
+    float eps;                    // the RMSNorm epsilon
     std::vector<float> cos, sin;  // [T][rotary_dim/2] for this chunk
     double* slot(double BackboneProfile::*m) const { return prof ? &(prof->*m) : nullptr; }
+    // Zero-centred RMSNorm of `rows` rows of d: the scalar reference on the reference path.
+    void rms_norm_zc(const float* x, int64_t rows, int64_t d, const float* w, float* y) const {
+        (opt.reference ? ops::rms_norm_zc : ops::rms_norm_zc_fast)(x, rows, d, w, eps, y);
+    }
 };
 
 Backbone::~Backbone() = default;
@@ -383,7 +388,7 @@ void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const
     if (trace) trace->layers.assign(cfg_.num_layers, {});
     if (T == 0) return;
     const size_t n = static_cast<size_t>(T * H);
-    Ctx c{opt, profile, {}, {}};
+    Ctx c{opt, profile, cfg_.rms_norm_eps, {}, {}};
 
     // RoPE tables for this chunk, shared by every attention layer.
     if (count_layers(cfg_, LayerType::FullAttention) > 0) {
@@ -406,7 +411,7 @@ void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const
                          trace->internals_for_layers.end();
         {
             Timer tm(c.slot(&BackboneProfile::norms));
-            ops::rms_norm_zc(h.data(), T, H, L.input_layernorm.data(), cfg_.rms_norm_eps, xn.data());
+            c.rms_norm_zc(h.data(), T, H, L.input_layernorm.data(), xn.data());
         }
         if (trace) trace->layers[l].input_norm = xn;
         if (L.type == LayerType::LinearAttention)
@@ -419,7 +424,7 @@ void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const
         {
             Timer tm(c.slot(&BackboneProfile::norms));
             add_inplace(h.data(), mix.data(), n);
-            ops::rms_norm_zc(h.data(), T, H, L.post_attention_layernorm.data(), cfg_.rms_norm_eps, xn.data());
+            c.rms_norm_zc(h.data(), T, H, L.post_attention_layernorm.data(), xn.data());
         }
         mlp(L, xn.data(), T, c, mix.data());
         {
@@ -429,7 +434,7 @@ void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const
         if (trace) trace->layers[l].layer_out = h;
     }
     Timer tm(c.slot(&BackboneProfile::norms));
-    ops::rms_norm_zc(h.data(), T, H, final_norm_.data(), cfg_.rms_norm_eps, out);
+    c.rms_norm_zc(h.data(), T, H, final_norm_.data(), out);
     st.position += T;
 }
 
@@ -458,10 +463,12 @@ void Backbone::gdn_mixer(const Layer& L, BackboneState::Layer& S, const float* x
         qkv = {};
         // q, k: L2-normalised per head (q also scaled by 1/sqrt(dk)); v stays in the conv output.
         const float q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
+        const auto l2 = c.opt.reference ? ops::l2_norm : ops::l2_norm_fast;
+#pragma omp parallel for schedule(static) if (!c.opt.reference && T * key_dim > (1 << 15))
         for (int64_t t = 0; t < T; ++t) {
             const float* ct = conv.data() + t * conv_dim;
-            ops::l2_norm(ct, Hk, dk, 1e-6f, q_scale, q.data() + t * key_dim);
-            ops::l2_norm(ct + key_dim, Hk, dk, 1e-6f, 1.f, k.data() + t * key_dim);
+            l2(ct, Hk, dk, 1e-6f, q_scale, q.data() + t * key_dim);
+            l2(ct + key_dim, Hk, dk, 1e-6f, 1.f, k.data() + t * key_dim);
         }
         // beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias), in place.
         for (int64_t t = 0; t < T; ++t)
@@ -506,8 +513,8 @@ void Backbone::gdn_mixer(const Layer& L, BackboneState::Layer& S, const float* x
     std::vector<float> y(T * value_dim);
     {
         Timer tm(c.slot(&BackboneProfile::gdn_conv_gates));
-        ops::rms_norm(o.data(), T * Hv, dv, w.norm.data(), cfg_.rms_norm_eps, y.data());
-        for (int64_t i = 0; i < T * value_dim; ++i) y[i] *= ops::silu(z[i]);
+        (c.opt.reference ? ops::rms_norm_gated : ops::rms_norm_gated_fast)(
+            o.data(), z.data(), T * Hv, dv, w.norm.data(), cfg_.rms_norm_eps, y.data());
     }
     {
         Timer tm(c.slot(&BackboneProfile::gdn_proj));
@@ -556,8 +563,8 @@ void Backbone::attention_mixer(const Layer& L, BackboneState::Layer& S, const fl
                 if (gated) std::copy_n(src + hd, hd, gate.data() + t * qdim + int64_t{h} * hd);
             }
         qg = {};
-        ops::rms_norm_zc(q.data(), T * nh, hd, w.q_norm.data(), cfg_.rms_norm_eps, q.data());
-        ops::rms_norm_zc(k.data(), T * nkv, hd, w.k_norm.data(), cfg_.rms_norm_eps, k.data());
+        c.rms_norm_zc(q.data(), T * nh, hd, w.q_norm.data(), q.data());
+        c.rms_norm_zc(k.data(), T * nkv, hd, w.k_norm.data(), k.data());
         ops::rope_apply(q.data(), T, nh, hd, qdim, cfg_.rotary_dim, c.cos.data(), c.sin.data());
         ops::rope_apply(k.data(), T, nkv, hd, kvdim, cfg_.rotary_dim, c.cos.data(), c.sin.data());
         S.k.insert(S.k.end(), k.begin(), k.end());
@@ -610,7 +617,7 @@ void Backbone::mlp(const Layer& L, const float* xn, int64_t T, Ctx& c, float* ou
     }
     {
         Timer tm(c.slot(&BackboneProfile::mlp_act));
-        for (int64_t i = 0; i < T * I; ++i) gate[i] = ops::silu(gate[i]) * up[i];
+        (c.opt.reference ? ops::silu_mul : ops::silu_mul_fast)(gate.data(), up.data(), T * I, gate.data());
     }
     Timer tm(c.slot(&BackboneProfile::mlp_proj));
     L.down_proj->forward(gate.data(), T, out, c.opt);

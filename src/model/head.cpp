@@ -257,7 +257,7 @@ void attend_memory(const Attn& a, int heads, int64_t W, const float* xq, int64_t
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < R; ++r) {
         float* sr = s.data() + r * T;
-        ops::softmax_inplace(sr, T);
+        ops::softmax_inplace_fast(sr, T);
         float* dst = ctx.data() + r * W;
         std::fill(dst, dst + W, 0.f);
         for (int64_t j = 0; j < T; ++j) {
