@@ -650,7 +650,7 @@ void PackedLinear::Impl::forward_f32(const float* x, int64_t m, float* y, int64_
 
 // The own panel kernels (Highway-dispatched, or the scalar reference). BF16 precision: the activations
 // rounded once to bf16 (kept as fp32 values). Streamed weights are packed into panels per forward, a group of
-// panels (<= 32 MiB of bf16) at a time, and multiplied by all m rows before the next group is fetched.
+// panels (<= 8 MiB of bf16) at a time, and multiplied by all m rows before the next group is fetched.
 void PackedLinear::Impl::forward_own(const float* x, int64_t m, float* y, int64_t n, int64_t k,
                                      Precision p) const {
     const float* xs = x;
@@ -668,7 +668,8 @@ void PackedLinear::Impl::forward_own(const float* x, int64_t m, float* y, int64_
         own_panels(xs, m, y, n, k, panels, 0, np);
         return;
     }
-    static const int64_t budget = env_mib("CLEF_GEMM_BLOCK_MIB", 32);
+    // 8 MiB groups: the fetched rows and their panels stay in the last-level cache while all m rows use them.
+    static const int64_t budget = env_mib("CLEF_GEMM_STREAM_MIB", 8);
     const int64_t group = std::max<int64_t>(1, budget / (2 * kNR * k));
     thread_local AlignedVec<uint16_t> plain, packed;
     for (int64_t p0 = 0; p0 < np; p0 += group) {
