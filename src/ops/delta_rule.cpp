@@ -181,10 +181,10 @@ void chunked_head(const DeltaRuleArgs& a, int h, int C) {
 }
 
 // The chunked form with the chunk's products as small register-blocked matrix products (small_gemm_acc), the
-// decay factors exponentiated once per chunk and the forward substitution vectorised over rows (AVX-512 clone
-// at run time). Same algebra as chunked_head.
-__attribute__((target_clones("arch=x86-64-v4", "default"))) void chunked_head_fast(const DeltaRuleArgs& a,
-                                                                                   int h, int C) {
+// decay factors exponentiated once per chunk and the forward substitution vectorised over rows (AVX-512 and
+// AVX2 clones at run time). Same algebra as chunked_head.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void chunked_head_fast(
+    const DeltaRuleArgs& a, int h, int C) {
     const int dk = a.dk, dv = a.dv;
     const Head p = head_of(a, h);
     // Per-thread scratch reused across heads and calls (no page faults for fresh buffers on every head).
