@@ -333,33 +333,6 @@ TEST(PackedLinear, BadInput) {
     EXPECT_THROW(PackedLinear({w.data(), WeightType::F16}, 2, 3, GemmBackend::OneDnn), Error);
 }
 
-TEST(SmallGemm, MatchesNaiveOnEveryTarget) {
-    std::mt19937 rng(11);
-    for (int64_t target : ops::simd_targets()) {
-        SCOPED_TRACE(ops::simd_target_name(target));
-        const ops::ScopedSimdTarget use(target);
-        EXPECT_EQ(ops::simd_target(), ops::simd_target_name(target));
-        for (int64_t m : {1, 3, 4, 9, 64})
-            for (int64_t n : {1, 15, 16, 17, 64, 100, 128})
-                for (int64_t k : {1, 7, 64}) {
-                    const int64_t lda = k + 3, ldb = n + 5, ldc = n + 2;
-                    auto a = randn(m * lda, rng), b = randn(k * ldb, rng), c = randn(m * ldc, rng);
-                    auto want = c;
-                    for (int64_t i = 0; i < m; ++i)
-                        for (int64_t j = 0; j < n; ++j) {
-                            double acc = 0;
-                            for (int64_t t = 0; t < k; ++t) acc += double(a[i * lda + t]) * b[t * ldb + j];
-                            want[i * ldc + j] = static_cast<float>(c[i * ldc + j] - 0.5 * acc);
-                        }
-                    ops::small_gemm_acc(m, n, k, -0.5f, a.data(), lda, b.data(), ldb, c.data(), ldc);
-                    for (int64_t i = 0; i < m; ++i)
-                        for (int64_t j = 0; j < ldc; ++j)  // the padding columns are untouched
-                            ASSERT_NEAR(c[i * ldc + j], want[i * ldc + j], 1e-5 * (1 + std::sqrt(double(k))))
-                                << m << " " << n << " " << k;
-                }
-    }
-}
-
 TEST(Cpu, FeaturesAndThreads) {
     const auto& f = ops::cpu_features();
     EXPECT_GE(f.physical_cores, 1);

@@ -67,13 +67,14 @@ using SBlock = float[kBK];
 
 // S[0..nq4)[0..kBK) = scale * Q . Kt (the dispatched small GEMM; Kt's padding columns are zero).
 void qk(const float* Qb, const float* Kt, int dh, int nq4, float scale, SBlock* S) {
-    std::fill(S[0], S[0] + nq4 * kBK, 0.f);
-    small_gemm_acc(nq4, kBK, dh, scale, Qb, dh, Kt, kBK, S[0], kBK);
+    float* s = reinterpret_cast<float*>(S);  // the nq4 rows as one dense [nq4][kBK] matrix
+    std::fill(s, s + nq4 * kBK, 0.f);
+    small_gemm_acc(nq4, kBK, dh, scale, Qb, dh, Kt, kBK, s, kBK);
 }
 
 // O[0..nq4)[0..dh) += P[0..nq4)[0..nk) . V[0..nk)[0..dh).
 void pv(const SBlock* S, const float* V, int nk, int dh, int nq4, float* O) {
-    small_gemm_acc(nq4, dh, nk, 1.f, S[0], kBK, V, dh, O, dh);
+    small_gemm_acc(nq4, dh, nk, 1.f, reinterpret_cast<const float*>(S), kBK, V, dh, O, dh);
 }
 
 // One query block [i0, i0 + nq) of head h. Scratch: Qb [kBQ][dh], O [kBQ][dh]. Rows are processed in groups

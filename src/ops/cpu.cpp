@@ -3,7 +3,9 @@
 #include <omp.h>
 
 #include <hwy/targets.h>
+#if CLEF_HAVE_DNNL
 #include <dnnl.hpp>
+#endif
 
 #include <atomic>
 #include <cstdlib>
@@ -68,6 +70,7 @@ void apply_cap(CpuFeatures& f) {
     if (cap < Isa::Avx2) off |= HWY_AVX2;
     if (cap < Isa::Sse4) off |= HWY_SSE4 | HWY_SSSE3;
     if (off) hwy::DisableTargets(off);
+#if CLEF_HAVE_DNNL
     const dnnl::cpu_isa isa = cap <= Isa::Sse4     ? dnnl::cpu_isa::sse41
                               : cap == Isa::Avx2   ? dnnl::cpu_isa::avx2
                               : cap == Isa::Avx512 ? dnnl::cpu_isa::avx512_core
@@ -77,10 +80,12 @@ void apply_cap(CpuFeatures& f) {
     } catch (const dnnl::error&) {
         // Already fixed by an earlier oneDNN call (or by DNNL_MAX_CPU_ISA): the features above stay capped.
     }
+#endif
 }
 
 CpuFeatures detect() {
     CpuFeatures f;
+#if defined(__x86_64__)
     __builtin_cpu_init();
     f.avx2 = __builtin_cpu_supports("avx2");
     f.fma = __builtin_cpu_supports("fma");
@@ -89,7 +94,6 @@ CpuFeatures detect() {
     f.avx512vl = __builtin_cpu_supports("avx512vl");
     f.avx512dq = __builtin_cpu_supports("avx512dq");
     f.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
-#if defined(__x86_64__)
     // f16c, amx: cpuid directly (gcc 12's __builtin_cpu_supports does not know amx).
     unsigned a, b, c, d;
     __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));

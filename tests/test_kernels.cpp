@@ -1,0 +1,178 @@
+// The Highway kernels of src/ops (ops/simd_kernels.h, ops/quant_blocks.h) against plain computations, on
+// every target compiled in and usable here. Self-contained (ops, quant and util only): the aarch64 preset
+// builds and runs this file under qemu-user as the portability proof of the kernel layer
+// (scripts/test-aarch64).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "ops/quant_blocks.h"
+#include "ops/simd.h"
+#include "ops/simd_kernels.h"
+#include "quant/quant.h"
+#include "util/half.h"
+
+namespace clef {
+namespace {
+
+std::vector<float> normal(size_t n, std::mt19937& rng, float sd) {
+    std::normal_distribution<float> d(0.f, sd);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng);
+    return v;
+}
+
+// Runs body once per dispatch target, with the target forced.
+template <class F>
+void on_every_target(F body) {
+    for (int64_t target : ops::simd_targets()) {
+        SCOPED_TRACE(ops::simd_target_name(target));
+        const ops::ScopedSimdTarget use(target);
+        ASSERT_EQ(ops::simd_target(), ops::simd_target_name(target));
+        body();
+    }
+}
+
+TEST(Simd, TargetsAreListedBestFirst) {
+    const std::vector<int64_t> t = ops::simd_targets();
+    ASSERT_FALSE(t.empty());
+    std::printf("  dispatch targets:");
+    for (int64_t x : t) std::printf(" %s", ops::simd_target_name(x).c_str());
+    std::printf(" (now %s)\n", ops::simd_target().c_str());
+    EXPECT_EQ(ops::simd_target(), ops::simd_target_name(t.front()));
+}
+
+TEST(SmallGemm, MatchesNaiveOnEveryTarget) {
+    std::mt19937 rng(11);
+    on_every_target([&] {
+        for (int64_t m : {1, 3, 4, 9, 64})
+            for (int64_t n : {1, 15, 16, 17, 64, 100, 128})
+                for (int64_t k : {1, 7, 64}) {
+                    const int64_t lda = k + 3, ldb = n + 5, ldc = n + 2;
+                    auto a = normal(m * lda, rng, 1.f), b = normal(k * ldb, rng, 1.f),
+                         c = normal(m * ldc, rng, 1.f);
+                    auto want = c;
+                    for (int64_t i = 0; i < m; ++i)
+                        for (int64_t j = 0; j < n; ++j) {
+                            double acc = 0;
+                            for (int64_t t = 0; t < k; ++t) acc += double(a[i * lda + t]) * b[t * ldb + j];
+                            want[i * ldc + j] = static_cast<float>(c[i * ldc + j] - 0.5 * acc);
+                        }
+                    ops::simd::small_gemm_acc(m, n, k, -0.5f, a.data(), lda, b.data(), ldb, c.data(), ldc);
+                    for (int64_t i = 0; i < m; ++i)
+                        for (int64_t j = 0; j < ldc; ++j)  // the padding columns are untouched
+                            ASSERT_NEAR(c[i * ldc + j], want[i * ldc + j], 1e-5 * (1 + std::sqrt(double(k))))
+                                << m << " " << n << " " << k;
+                }
+    });
+}
+
+// One panel [k][32] of each weight type times up to 6 rows, every column count, against a double sum.
+TEST(PanelBlock, MatchesDoubleSumOnEveryTarget) {
+    std::mt19937 rng(5);
+    const int64_t k = 77;
+    const auto x = normal(6 * k, rng, 1.f);
+    const auto wf = normal(k * ops::simd::kPanelCols, rng, 0.1f);
+    std::vector<uint16_t> wb(wf.size()), wh(wf.size());
+    std::vector<float> vb(wf.size()), vh(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i) {
+        wb[i] = f32_to_bf16(wf[i]);
+        vb[i] = bf16_to_f32(wb[i]);
+        wh[i] = f32_to_f16(wf[i]);
+        vh[i] = f16_to_f32(wh[i]);
+    }
+    struct Case {
+        ops::simd::PanelType type;
+        const void* panel;
+        const std::vector<float>* values;
+    };
+    const Case cases[] = {{ops::simd::PanelType::F32, wf.data(), &wf},
+                          {ops::simd::PanelType::BF16, wb.data(), &vb},
+                          {ops::simd::PanelType::F16, wh.data(), &vh}};
+    on_every_target([&] {
+        for (const Case& c : cases)
+            for (int rows = 1; rows <= ops::simd::kPanelRows; ++rows)
+                for (int ncols : {1, 5, 8, 16, 31, 32}) {
+                    const int64_t ldy = 40;
+                    std::vector<float> y(rows * ldy, -7.f);
+                    ops::simd::panel_block(x.data(), k, c.panel, c.type, rows, ncols, y.data(), ldy);
+                    for (int i = 0; i < rows; ++i)
+                        for (int j = 0; j < ldy; ++j) {
+                            if (j >= ncols) {
+                                ASSERT_EQ(y[i * ldy + j], -7.f) << "wrote past ncols";
+                                continue;
+                            }
+                            double want = 0, mag = 0;
+                            for (int64_t t = 0; t < k; ++t) {
+                                const double p =
+                                    double(x[i * k + t]) * (*c.values)[t * ops::simd::kPanelCols + j];
+                                want += p;
+                                mag += std::fabs(p);
+                            }
+                            ASSERT_NEAR(y[i * ldy + j], want, 1e-6 * mag + 1e-7)
+                                << int(c.type) << " rows " << rows << " col " << j;
+                        }
+                }
+    });
+}
+
+TEST(Bf16ToF32, WidensExactlyOnEveryTarget) {
+    std::vector<uint16_t> in(67);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint16_t>(i * 977u);
+    on_every_target([&] {
+        std::vector<float> out(in.size());
+        ops::simd::bf16_to_f32(in.data(), out.data(), static_cast<int64_t>(in.size()));
+        for (size_t i = 0; i < in.size(); ++i) {
+            const uint32_t want = static_cast<uint32_t>(in[i]) << 16;
+            uint32_t got;
+            std::memcpy(&got, &out[i], 4);
+            ASSERT_EQ(got, want) << i;
+        }
+    });
+}
+
+// The vector dequantisers against quant's scalar decoder, bit for bit, on random blocks with finite fp16
+// scales (tests/test_quant.cpp adds infinities, NaN and subnormals on the native target).
+TEST(Dequant, BlocksMatchTheScalarDecoderOnEveryTarget) {
+    std::mt19937 rng(29);
+    const struct {
+        GgmlType type;
+        ops::DequantType dq;
+        std::vector<int> fp16_fields;  // byte offsets of the fp16 scales in a block
+    } types[] = {{GgmlType::Q8_0, ops::DequantType::Q8_0, {0}},
+                 {GgmlType::Q4_K, ops::DequantType::Q4_K, {0, 2}},
+                 {GgmlType::Q5_K, ops::DequantType::Q5_K, {0, 2}},
+                 {GgmlType::Q6_K, ops::DequantType::Q6_K, {208}}};
+    for (const auto& t : types) {
+        const GgmlTypeTraits tt = ggml_type_traits(static_cast<uint32_t>(t.type));
+        SCOPED_TRACE(tt.name);
+        const int nb = 24;
+        std::vector<uint8_t> bytes(nb * tt.type_size);
+        for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+        for (int b = 0; b < nb; ++b)
+            for (int off : t.fp16_fields) {
+                const uint16_t h = f32_to_f16(std::ldexp(float(rng() % 2000) - 1000.f, int(rng() % 20) - 20));
+                std::memcpy(&bytes[b * tt.type_size + off], &h, 2);
+            }
+        const int64_t n = nb * static_cast<int64_t>(tt.block_size);
+        std::vector<float> want(n);
+        dequantize_ref(t.type, bytes.data(), want.data(), n);
+        on_every_target([&] {
+            std::vector<float> got(n);
+            std::vector<uint16_t> got16(n);
+            ops::dequant_blocks(t.dq, bytes.data(), nb, got.data());
+            ops::dequant_blocks(t.dq, bytes.data(), nb, got16.data());
+            for (int64_t i = 0; i < n; ++i) {
+                ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0) << i << ": " << got[i] << " vs " << want[i];
+                ASSERT_EQ(got16[i], f32_to_bf16(want[i])) << i;
+            }
+        });
+    }
+}
+
+}  // namespace
+}  // namespace clef
