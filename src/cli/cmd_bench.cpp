@@ -85,10 +85,10 @@ DecisionRequest synthetic_request(int64_t tokens) {
 // in the layout it prefers): exact = the larger of the fp32 matmul and a third of the bf16 one (Exact needs
 // three bf16 products); bf16 = the bf16 matmul where bf16 units exist, else the fp32 one.
 double yardstick_gflops(ops::Precision p) {
-    const double f32 = ops::dnnl_matmul_gflops(false, 512, 4096, 4096, 5);
     const double bf16 = ops::dnnl_matmul_gflops(true, 512, 4096, 4096, 5);
-    if (p == ops::Precision::Exact) return std::max(f32, bf16 / 3);
-    return bf16 > 0 ? bf16 : f32;
+    if (p == ops::Precision::BF16 && bf16 > 0) return bf16;
+    const double f32 = ops::dnnl_matmul_gflops(false, 512, 4096, 4096, 5);
+    return p == ops::Precision::Exact ? std::max(f32, bf16 / 3) : f32;
 }
 
 JsonValue profile_json(const DecisionProfile& p) {

@@ -160,13 +160,15 @@ namespace clef::ops {
 HWY_EXPORT(DequantF32);
 HWY_EXPORT(DequantBf16);
 
+// CLEF_MAX_ISA reaches Highway before the first dispatch (see simd_kernels.cpp): applied when the program
+// starts.
+[[maybe_unused]] const bool kIsaCapApplied = (cpu_features(), true);
+
 void dequant_blocks(DequantType t, const void* blocks, int64_t nb, float* out) {
-    (void)cpu_features();  // applies CLEF_MAX_ISA before the first dispatch
     HWY_DYNAMIC_DISPATCH(DequantF32)(t, blocks, nb, out);
 }
 
 void dequant_blocks(DequantType t, const void* blocks, int64_t nb, uint16_t* bf16_out) {
-    (void)cpu_features();
     HWY_DYNAMIC_DISPATCH(DequantBf16)(t, blocks, nb, bf16_out);
 }
 

@@ -421,6 +421,27 @@ void to_panel(const T* rows, int nrows, int64_t k, T* panel) {
     }
 }
 
+// The own kernels fetch a provider's rows in groups of panels of at most 8 MiB of bf16
+// (CLEF_GEMM_STREAM_MIB): small enough that the fetched rows and their panels stay in the last-level cache
+// while they are used.
+int64_t panels_per_group(int64_t k) {
+    static const int64_t budget = env_mib("CLEF_GEMM_STREAM_MIB", 8);
+    return std::max<int64_t>(1, budget / (2 * kNR * k));
+}
+
+// Fetches the rows of panels [p0, p0 + g) of an [n][k] weight from `rows` into `buf` and packs them into
+// `out`
+// ([g][k][kNR], zero-padded).
+void fetch_panels(const RowProvider& rows, int64_t n, int64_t k, int64_t p0, int64_t g, uint16_t* buf,
+                  uint16_t* out) {
+    const int64_t r0 = p0 * kNR, nr = std::min(g * kNR, n - r0);
+    rows(r0, nr, buf);
+#pragma omp parallel for schedule(static)
+    for (int64_t q = 0; q < g; ++q)
+        to_panel(buf + q * kNR * k, static_cast<int>(std::min<int64_t>(kNR, nr - q * kNR)), k,
+                 out + q * k * kNR);
+}
+
 // Column block width for a [n][k] weight of `elem` bytes per value: at most `budget` bytes per block, a
 // multiple of 64 columns, blocks of near-equal width.
 int64_t block_width(int64_t n, int64_t k, int64_t elem, int64_t budget) {
@@ -518,14 +539,11 @@ PackedLinear::PackedLinear(const RowProvider& rows, int64_t n, int64_t k, GemmBa
         im.stream_rows = rows;
         return;
     }
-    const int64_t np = (n + kNR - 1) / kNR;
+    const int64_t np = (n + kNR - 1) / kNR, group = panels_per_group(k);
     im.panels16.resize(static_cast<size_t>(np * k * kNR));
-    std::vector<uint16_t> tmp(static_cast<size_t>(kNR * k));
-    for (int64_t p = 0; p < np; ++p) {
-        const int nr = static_cast<int>(std::min<int64_t>(kNR, n - p * kNR));
-        rows(p * kNR, nr, tmp.data());
-        to_panel(tmp.data(), nr, k, im.panels16.data() + p * k * kNR);
-    }
+    std::vector<uint16_t> buf(static_cast<size_t>(std::min(group * kNR, n) * k));
+    for (int64_t p0 = 0; p0 < np; p0 += group)
+        fetch_panels(rows, n, k, p0, std::min(group, np - p0), buf.data(), im.panels16.data() + p0 * k * kNR);
 }
 
 std::string PackedLinear::backend_name() const {
@@ -631,8 +649,9 @@ void PackedLinear::Impl::forward_f32(const float* x, int64_t m, float* y, int64_
     for (const auto& b : blocks) {
         const uint16_t* w = b.w;
         if (!w) {  // streamed
-            w = scratch(plain, static_cast<size_t>(b.width * k));
-            stream_rows(b.j0, b.width, const_cast<uint16_t*>(w));
+            uint16_t* fetched = scratch(plain, static_cast<size_t>(b.width * k));
+            stream_rows(b.j0, b.width, fetched);
+            w = fetched;
         }
         const int64_t sw = block_width(b.width, k, 4, budget);
         for (int64_t j = 0; j < b.width; j += sw) {
@@ -668,20 +687,12 @@ void PackedLinear::Impl::forward_own(const float* x, int64_t m, float* y, int64_
         own_panels(xs, m, y, n, k, panels, 0, np);
         return;
     }
-    // 8 MiB groups: the fetched rows and their panels stay in the last-level cache while all m rows use them.
-    static const int64_t budget = env_mib("CLEF_GEMM_STREAM_MIB", 8);
-    const int64_t group = std::max<int64_t>(1, budget / (2 * kNR * k));
+    const int64_t group = panels_per_group(k);
     thread_local AlignedVec<uint16_t> plain, packed;
     for (int64_t p0 = 0; p0 < np; p0 += group) {
         const int64_t g = std::min(group, np - p0);
-        const int64_t r0 = p0 * kNR, nr = std::min(g * kNR, n - r0);
-        uint16_t* w = scratch(plain, static_cast<size_t>(nr * k));
         uint16_t* pan = scratch(packed, static_cast<size_t>(g * kNR * k));
-        stream_rows(r0, nr, w);
-#pragma omp parallel for schedule(static)
-        for (int64_t q = 0; q < g; ++q)
-            to_panel(w + q * kNR * k, static_cast<int>(std::min<int64_t>(kNR, nr - q * kNR)), k,
-                     pan + q * k * kNR);
+        fetch_panels(stream_rows, n, k, p0, g, scratch(plain, static_cast<size_t>(g * kNR * k)), pan);
         own_panels(xs, m, y, n, k, pan, p0, p0 + g);
     }
 }
@@ -738,7 +749,6 @@ void PackedLinear::forward(const float* x, int64_t m, float* y, Precision p, con
 void small_gemm_acc(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
                     int64_t ldb, float* c, int64_t ldc) {
     if (m <= 0 || n <= 0 || k <= 0) return;
-    (void)cpu_features();  // applies CLEF_MAX_ISA before the first dispatch
     simd::small_gemm_acc(m, n, k, alpha, a, lda, b, ldb, c, ldc);
 }
 

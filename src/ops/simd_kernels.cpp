@@ -173,22 +173,21 @@ HWY_EXPORT(PanelBlock);
 HWY_EXPORT(SmallGemmAcc);
 HWY_EXPORT(Bf16ToF32);
 
-// Every entry point applies CLEF_MAX_ISA (ops::cpu_features) before its first dispatch: Highway picks its
-// target on the first call and a later cap would change the arithmetic between calls.
+// CLEF_MAX_ISA (ops::cpu_features) must reach Highway before the first dispatch: Highway picks its target on
+// the first call, and a later cap would change the arithmetic between calls. Applied when the program starts.
+[[maybe_unused]] const bool kIsaCapApplied = (cpu_features(), true);
+
 void panel_block(const float* x, int64_t k, const void* panel, PanelType type, int rows, int ncols, float* y,
                  int64_t ldy) {
-    (void)cpu_features();
     HWY_DYNAMIC_DISPATCH(PanelBlock)(x, k, panel, type, rows, ncols, y, ldy);
 }
 
 void small_gemm_acc(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
                     int64_t ldb, float* c, int64_t ldc) {
-    (void)cpu_features();
     HWY_DYNAMIC_DISPATCH(SmallGemmAcc)(m, n, k, alpha, a, lda, b, ldb, c, ldc);
 }
 
 void bf16_to_f32(const uint16_t* in, float* out, int64_t count) {
-    (void)cpu_features();
     HWY_DYNAMIC_DISPATCH(Bf16ToF32)(in, out, count);
 }
 
