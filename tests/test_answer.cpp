@@ -1,5 +1,6 @@
 // Answers: Python rounding, the reference answer shapes, and the confidence conventions checked against the
-// numbers published in shared/reference/systemone-api.md (§3.4, §7), not against our own output.
+// numbers the hosted service and Ollama published (docs/API.md "Confidence conventions"), not against our own
+// output.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -11,9 +11,9 @@
 #include "image/preprocess.h"
 #include "image/synthetic.h"
 #include "model/config.h"
-#include "model/make_model.h"
 #include "model/vision.h"
 #include "test_util.h"
+#include "tools/make_model.h"
 #include "util/json.h"
 
 using namespace clef;

@@ -13,8 +13,8 @@
 
 #include "io/model_dir.h"
 #include "model/config.h"
-#include "model/model_info.h"
 #include "test_util.h"
+#include "tools/model_info.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;

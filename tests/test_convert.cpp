@@ -1,6 +1,6 @@
-// `clef convert` and GGUF models end to end on the tiny-clef fixture: the converter's transforms checked against
-// their definitions (qwen35-backbone.md §6.3, clef-architecture.md §7), the GGUF tokenizer round trip, every
-// file type run through the engine against the BF16 safetensors path, the qwen35 + separate head pairing, and
+// `clef convert` and GGUF models end to end on the tiny-clef fixture: the converter's transforms checked
+// against their definitions (docs/GGUF.md "Names and transforms"), the GGUF tokenizer round trip, every file
+// type run through the engine against the BF16 safetensors path, the qwen35 + separate head pairing, and
 // refusals. Bounds per type are documented in docs/GGUF.md.
 #include <gtest/gtest.h>
 
@@ -22,6 +22,7 @@
 #include "quant/quant.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
+#include "tools/gguf_convert.h"
 #include "util/error.h"
 
 using namespace clef;
@@ -217,15 +218,18 @@ TEST(Convert, EveryTypeEndToEnd) {
 // Quantised matrices (and BF16 ones with a transform) stay in the file as QuantMatrix views in HF layout. On
 // the bf16 file, exact for this bf16 fixture, every row read through the row / column maps equals the HF
 // checkpoint's row; on the q8_0 file every backbone matrix (projections, embeddings, lm_head) is a q8_0 view
-// and none of them is in the temporary fp32 checkpoint.
+// and none of them is served as an fp32 tensor.
 TEST(Convert, MatricesReadRowWiseInHfLayout) {
     const Checkpoint ck = Checkpoint::open(kModel);
     {
         const GgufModel m = load_gguf_model(converted("bf16"));
         const std::string P = "model.language_model.layers.0.linear_attn.";
         for (const char* n : {"in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b", "out_proj"})
-            EXPECT_TRUE(m.matrices.count(P + n + ".weight")) << n;
-        for (const auto& [name, q] : m.matrices) {
+            EXPECT_TRUE(m.weights.find_matrix(P + n + ".weight")) << n;
+        for (const std::string& name : m.weights.names()) {
+            const QuantMatrix* qm = m.weights.find_matrix(name);
+            if (!qm) continue;
+            const QuantMatrix& q = *qm;
             SCOPED_TRACE(name);
             const TensorView& t = ck.get(name);
             ASSERT_EQ(t.shape, (std::vector<int64_t>{q.rows, q.cols}));
@@ -235,7 +239,7 @@ TEST(Convert, MatricesReadRowWiseInHfLayout) {
                 q.row_f32(r, row.data());
                 for (int64_t c = 0; c < q.cols; ++c) ASSERT_EQ(row[c], want[r * q.cols + c]) << r << "," << c;
             }
-            EXPECT_EQ(m.weights->find(name), nullptr);
+            EXPECT_EQ(m.weights.find(name), nullptr);
         }
     }
     const GgufModel m = load_gguf_model(converted("q8_0"));
@@ -244,13 +248,15 @@ TEST(Convert, MatricesReadRowWiseInHfLayout) {
         const bool backbone = t->name.rfind("model.language_model.", 0) == 0 || t->name == "lm_head.weight";
         if (!backbone || t->shape.size() != 2) continue;
         SCOPED_TRACE(t->name);
-        auto it = m.matrices.find(t->name);
-        ASSERT_NE(it, m.matrices.end());
-        EXPECT_EQ(it->second.type, GgmlType::Q8_0);
-        EXPECT_EQ(m.weights->find(t->name), nullptr);
+        const QuantMatrix* q = m.weights.find_matrix(t->name);
+        ASSERT_NE(q, nullptr);
+        EXPECT_EQ(q->type, GgmlType::Q8_0);
+        EXPECT_EQ(m.weights.find(t->name), nullptr);
         ++n;
     }
-    EXPECT_EQ(n, static_cast<int>(m.matrices.size()));
+    int matrices = 0;
+    for (const std::string& name : m.weights.names()) matrices += m.weights.find_matrix(name) != nullptr;
+    EXPECT_EQ(n, matrices);
     EXPECT_GT(n, 40);
 }
 
@@ -258,7 +264,7 @@ TEST(Convert, MatricesReadRowWiseInHfLayout) {
 // path (rows packed as bf16) up to the bf16 rounding of the dequantised weights.
 TEST(Convert, QuantisedBackboneReferenceMatchesFast) {
     const GgufModel m = load_gguf_model(converted("q8_0"));
-    const Backbone b(m.config.text, *m.weights, &m.matrices);
+    const Backbone b(m.config.text, m.weights);
     std::vector<int32_t> ids;
     for (int i = 0; i < 48; ++i) ids.push_back((i * 37 + 11) % m.config.text.vocab_size);
     BackboneOptions ref;

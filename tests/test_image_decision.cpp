@@ -19,15 +19,15 @@
 #include "decision/media.h"
 #include "decision/prompt.h"
 #include "decision/request.h"
-#include "image/base64.h"
 #include "image/source.h"
-#include "model/make_model.h"
 #include "model/vision.h"
 #include "server/server.h"
-#include "tokenizer/tokenizer.h"
-#include "util/json.h"
-#include "test_util.h"
+#include "support/base64_encode.h"
 #include "test_server_util.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/make_model.h"
+#include "util/json.h"
 
 using namespace clef;
 

@@ -17,8 +17,9 @@
 
 #include "image/base64.h"
 #include "image/decode.h"
-#include "image/sha256.h"
 #include "image/source.h"
+#include "support/base64_encode.h"
+#include "support/sha256.h"
 #include "test_util.h"
 #include "util/json.h"
 

@@ -12,7 +12,7 @@
 #include "image/base64.h"
 #include "image/preprocess.h"
 #include "image/resize.h"
-#include "image/sha256.h"
+#include "support/sha256.h"
 #include "test_util.h"
 #include "util/json.h"
 

@@ -19,8 +19,9 @@
 
 #include "io/model_dir.h"
 #include "model/gguf_model.h"
-#include "model/model_info.h"
 #include "quant/quant.h"
+#include "tools/gguf_convert.h"
+#include "tools/model_info.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;

@@ -1,9 +1,10 @@
-// The Highway kernels of src/ops (ops/simd_kernels.h, ops/quant_blocks.h) against plain computations, on
-// every target compiled in and usable here. Self-contained (ops, quant and util only): the aarch64 preset
-// builds and runs this file under qemu-user as the portability proof of the kernel layer
-// (scripts/test-aarch64).
+// The Highway kernels of src/ops (ops/simd_kernels.h, ops/quant_blocks.h, ops/quant_kernels.h) against plain
+// computations or their scalar references, on every target compiled in and usable here. Self-contained (ops,
+// quant and util only): the aarch64 preset builds and runs this file under qemu-user as the portability proof
+// of the kernel layer (scripts/test-aarch64).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "ops/quant_blocks.h"
+#include "ops/quant_kernels.h"
 #include "ops/simd.h"
 #include "ops/simd_kernels.h"
 #include "quant/quant.h"
@@ -170,6 +172,107 @@ TEST(Dequant, BlocksMatchTheScalarDecoderOnEveryTarget) {
                 ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0) << i << ": " << got[i] << " vs " << want[i];
                 ASSERT_EQ(got16[i], f32_to_bf16(want[i])) << i;
             }
+        });
+    }
+}
+
+uint32_t float_bits(float v) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    return u;
+}
+
+// n values in 32-value sub-blocks of the kinds a tensor holds: scales from 1e-7 to 1e5, heavy tails,
+// one-signed, sparse, constant, subnormal, values on the rounding ties of the levels, huge (sums overflow),
+// offset; then NaN, infinities, signed zeros and extreme finite values here and there.
+std::vector<float> search_inputs(size_t n, std::mt19937& rng) {
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> x(n);
+    for (size_t b = 0; b < n / 32; ++b) {
+        float* v = x.data() + 32 * b;
+        const float scale = std::pow(10.f, static_cast<float>(rng() % 13) - 7.f);
+        for (int i = 0; i < 32; ++i) {
+            const float g = nd(rng);
+            switch (b % 10) {
+                case 0:
+                    v[i] = scale * g;
+                    break;
+                case 1:
+                    v[i] = scale * g * g * g;
+                    break;
+                case 2:
+                    v[i] = scale * (std::fabs(g) + 0.5f);
+                    break;
+                case 3:
+                    v[i] = -scale * std::fabs(g);
+                    break;
+                case 4:
+                    v[i] = i == static_cast<int>(b % 32) ? scale * g : 0.f;
+                    break;
+                case 5:
+                    v[i] = scale;
+                    break;
+                case 6:
+                    v[i] = g * 1e-39f;
+                    break;
+                case 7:
+                    v[i] = std::nearbyint(g * 8.f) * 0.5f * scale;
+                    break;
+                case 8:
+                    v[i] = g * 1e37f;
+                    break;
+                default:
+                    v[i] = scale * (g + 3.f);
+                    break;
+            }
+        }
+    }
+    const float specials[] = {NAN, -NAN, INFINITY, -INFINITY, -0.f, 3.4e38f, -3.4e38f, 1e-45f};
+    for (size_t k = 0; k < n / 64; ++k) x[rng() % n] = specials[k % 8];
+    return x;
+}
+
+// The K-quant scale searches against their scalar reference, bit for bit, on every target (from an odd
+// address: the kernels must not assume alignment).
+TEST(QuantSearch, MatchesTheScalarReferenceOnEveryTarget) {
+    std::mt19937 rng(37);
+    const size_t n = 32 * 2000;
+    std::vector<float> storage(n + 1);
+    const std::vector<float> x = search_inputs(n, rng);
+    std::copy(x.begin(), x.end(), storage.begin() + 1);
+    const float* p = storage.data() + 1;
+    on_every_target([&] {
+        for (size_t b = 0; b < n; b += 32) {
+            for (int nmax : {15, 31}) {
+                float s, m, s_ref, m_ref;
+                ops::fit_scale_min(p + b, nmax, s, m);
+                ops::fit_scale_min_ref(p + b, nmax, s_ref, m_ref);
+                ASSERT_EQ(float_bits(s), float_bits(s_ref)) << "sub-block " << b / 32 << " nmax " << nmax;
+                ASSERT_EQ(float_bits(m), float_bits(m_ref)) << "sub-block " << b / 32 << " nmax " << nmax;
+            }
+            for (size_t h : {b, b + 16})
+                ASSERT_EQ(float_bits(ops::fit_scale_sym(p + h)), float_bits(ops::fit_scale_sym_ref(p + h)))
+                    << "16 values at " << h;
+        }
+    });
+}
+
+// The K quantisers write the same bytes with the vector searches on every target as with the scalar ones.
+TEST(QuantSearch, QuantisersWriteTheSameBytesOnEveryTarget) {
+    std::mt19937 rng(41);
+    const int64_t n = 256 * 128;
+    const std::vector<float> x = search_inputs(static_cast<size_t>(n), rng);
+    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+        const GgmlTypeTraits tt = ggml_type_traits(static_cast<uint32_t>(t));
+        SCOPED_TRACE(tt.name);
+        std::vector<uint8_t> want(ggml_row_bytes(tt, n)), got(want.size());
+        set_quant_simd(false);
+        quantize_row(t, x.data(), want.data(), n);
+        set_quant_simd(true);
+        on_every_target([&] {
+            quantize_row(t, x.data(), got.data(), n);
+            for (size_t i = 0; i < got.size(); ++i)
+                ASSERT_EQ(got[i], want[i]) << "byte " << i << " (block " << i / tt.type_size << ")";
         });
     }
 }

@@ -26,7 +26,7 @@
 #include "io/safetensors_writer.h"
 #include "model/backbone.h"
 #include "model/config.h"
-#include "model/make_model.h"
+#include "tools/make_model.h"
 #include "util/error.h"
 #include "util/json.h"
 
@@ -565,7 +565,8 @@ TEST(MakeModel, FlashShapedSizes) {
     const uint64_t attn =
         (8192ull * 4096 + 2 * 1024ull * 4096 + 4096ull * 4096 + 2 * 256 + 3 * 12288ull * 4096 + 2 * 4096) * 2;
     const uint64_t text = 2 * 248320ull * 4096 * 2 + 3 * gdn + attn + 4096 * 2;
-    const uint64_t head_bytes = 121762820ull * 2;  // clef-architecture.md section 2: 121,762,820 bf16 params
+    const uint64_t head_bytes =
+        121762820ull * 2;  // Clef-Flash's joint head: 121,762,820 bf16 params (docs/ARCHITECTURE.md)
     const uint64_t total = make_model_weight_bytes(opt);
     EXPECT_GT(total, text + head_bytes);
     EXPECT_LT(total, text + head_bytes + 2 * 100000);  // plus two headers

@@ -17,6 +17,7 @@
 #include "ops/simd.h"
 #include "quant/quant.h"
 #include "test_util.h"
+#include "tools/gguf_convert.h"
 #include "util/error.h"
 #include "util/half.h"
 #include "util/mmap.h"

@@ -1,5 +1,5 @@
-// Request validation: every rule of shared/reference/systemone-api.md §2 that the engine enforces, and the
-// reference's option order and defaults.
+// Request validation: every rule of the System One request schema (docs/API.md "Errors" and "Limits") that
+// the engine enforces, and the reference's option order and defaults.
 #include <gtest/gtest.h>
 
 #include "decision/request.h"

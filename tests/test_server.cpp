@@ -1,5 +1,5 @@
-// The System One server in-process on loopback with the tiny fixture model: routes, every error class with its
-// exact status and body shape (shared/reference/systemone-api.md §4), auth, limits, metrics, graceful stop.
+// The System One server in-process on loopback with the tiny fixture model: routes, every error class with
+// its exact status and body shape (docs/API.md "Errors"), auth, limits, metrics, graceful stop.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>

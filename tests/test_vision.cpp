@@ -11,14 +11,13 @@
 #include <memory>
 #include <sstream>
 
-#include "image/base64.h"
 #include "image/decode.h"
 #include "image/preprocess.h"
-#include "image/sha256.h"
 #include "image/source.h"
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/vision.h"
+#include "support/sha256.h"
 #include "test_util.h"
 #include "util/json.h"
 
@@ -129,29 +128,28 @@ TEST(Vision, LoadsAndValidates) {
     EXPECT_THROW(t.forward(pv.data(), 1, 4, 3, nullptr), Error);  // 3 columns: not whole 2x2 blocks
 }
 
+// The tower's projections are model/linear.h's Linear: both paths against a float64 product.
 TEST(Vision, LinearMatchesTheReferenceProduct) {
-    // Odd sizes exercise every remainder path of the tiled kernel.
     for (auto [m, k, n] :
          std::vector<std::tuple<int, int, int>>{{1, 3, 1}, {7, 33, 5}, {70, 129, 67}, {9, 1536, 130}}) {
-        VisionTower::Linear l;
-        l.in = k;
-        l.out = n;
-        l.weight.resize(static_cast<size_t>(n) * k);
-        l.bias.resize(static_cast<size_t>(n));
+        std::vector<float> w(static_cast<size_t>(n) * k), bias(static_cast<size_t>(n));
         std::vector<float> x(static_cast<size_t>(m) * k), y(static_cast<size_t>(m) * n);
-        for (size_t i = 0; i < l.weight.size(); ++i) l.weight[i] = std::sin(0.37f * static_cast<float>(i));
-        for (size_t i = 0; i < l.bias.size(); ++i) l.bias[i] = 0.1f * static_cast<float>(i % 7);
+        for (size_t i = 0; i < w.size(); ++i) w[i] = std::sin(0.37f * static_cast<float>(i));
+        for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.1f * static_cast<float>(i % 7);
         for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.11f * static_cast<float>(i));
-        VisionTower::linear(x.data(), m, l, y.data());
-        for (int i = 0; i < m; ++i)
-            for (int j = 0; j < n; ++j) {
-                double want = l.bias[j];
-                for (int t = 0; t < k; ++t)
-                    want += static_cast<double>(x[static_cast<size_t>(i) * k + t]) *
-                            l.weight[static_cast<size_t>(j) * k + t];
-                ASSERT_NEAR(y[static_cast<size_t>(i) * n + j], want, 1e-4 * std::sqrt(k))
-                    << m << "x" << k << "x" << n;
-            }
+        for (LinearPath path : {LinearPath::Reference, LinearPath::Fast}) {
+            const Linear l(w, n, k, path, bias);
+            l.forward(x.data(), m, y.data());
+            for (int i = 0; i < m; ++i)
+                for (int j = 0; j < n; ++j) {
+                    double want = bias[j];
+                    for (int t = 0; t < k; ++t)
+                        want += static_cast<double>(x[static_cast<size_t>(i) * k + t]) *
+                                w[static_cast<size_t>(j) * k + t];
+                    ASSERT_NEAR(y[static_cast<size_t>(i) * n + j], want, 1e-4 * std::sqrt(k))
+                        << m << "x" << k << "x" << n << (path == LinearPath::Fast ? " fast" : " reference");
+                }
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 // `clef convert --model DIR --out FILE.gguf --type f16|bf16|q8_0|q4_k_m|q5_k_m|q6_k [--arch clef|qwen35]`:
-// a publisher-layout model directory to one GGUF file (see model/gguf_model.h and docs/GGUF.md).
+// a publisher-layout model directory to one GGUF file (see tools/gguf_convert.h and docs/GGUF.md).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "decision/prompt.h"
 #include "model/gguf_model.h"
+#include "tools/gguf_convert.h"
 #include "util/error.h"
 
 namespace clef {

@@ -19,13 +19,10 @@ namespace {
 struct DecideArgs {
     std::string model;
     LoadArgs load;
+    DecisionArgs decision;
     std::string input = "-";
-    int max_length = 16384;
     bool debug = false;
-    std::string confidence = "reference";
     bool serial_delta = false;
-    int threads = 0;
-    std::string precision = "exact";
     bool reference = false;
 };
 
@@ -41,17 +38,10 @@ std::string read_input(const std::string& path) {
 }
 
 void run_decide(const DecideArgs& a) {
-    DecideOptions opt;
-    opt.max_length = a.max_length;
+    DecideOptions opt = a.decision.options();
     opt.debug = a.debug;
     opt.backbone.chunked_delta_rule = !a.serial_delta;
     opt.backbone.reference = a.reference;
-    opt.threads = a.threads;
-    if (!parse_precision(a.precision, opt.backbone.precision))
-        throw Error("--precision: expected exact or bf16, got '" + a.precision + "'");
-    if (!parse_confidence_convention(a.confidence, opt.answers.confidence))
-        throw Error("--confidence: unknown convention '" + a.confidence + "'");
-    if (a.max_length <= 0) throw Error("--max-length must be positive");
 
     const std::string source = a.input == "-" ? "stdin" : a.input;
     JsonValue body;
@@ -62,8 +52,8 @@ void run_decide(const DecideArgs& a) {
     std::vector<RequestError> errors;
     if (!parse_request(body, req, errors)) throw Error(source + ": " + describe_errors(errors));
 
-    std::unique_ptr<Engine> engine =
-        Engine::load(a.model, a.load.head, a.load.options(opt.backbone.precision));
+    std::unique_ptr<Engine> engine = Engine::load(
+        a.model, a.load.head, a.load.options(opt.backbone.precision, default_state_cache_bytes()));
     Decision d = engine->decide(req, opt);
     std::string out = write_json(d.response);
     out += '\n';
@@ -78,18 +68,10 @@ void add_decide_command(CLI::App& app) {
     cmd->add_option("--model", args->model, "Model directory (publisher layout) or GGUF file")->required();
     add_load_options(cmd, args->load);
     cmd->add_option("input", args->input, "Request body file, or - for stdin")->capture_default_str();
-    cmd->add_option("--max-length", args->max_length, "Maximum prompt tokens; the state is cut to fit")
-        ->capture_default_str();
+    add_decision_options(cmd, args->decision);
     cmd->add_flag("--debug", args->debug, "Add input_ids, spans, option ids, logits and probabilities");
-    cmd->add_option("--confidence", args->confidence,
-                    "Confidence convention: reference, typesafe, workers-ai, colibri, entropy")
-        ->capture_default_str();
-    cmd->add_flag("--serial-delta-rule", args->serial_delta, "Use the token-serial delta rule (reference oracle)");
-    cmd->add_option("--threads", args->threads, "Kernel threads (0 = OMP_NUM_THREADS or the physical cores)")
-        ->capture_default_str();
-    cmd->add_option("--precision", args->precision,
-                    "Projection activations: exact (fp32-accurate) or bf16 (faster, small deviations)")
-        ->capture_default_str();
+    cmd->add_flag("--serial-delta-rule", args->serial_delta,
+                  "Use the token-serial delta rule (reference oracle)");
     cmd->add_flag("--reference", args->reference, "Use the scalar reference kernels (the oracle; slow)");
     cmd->callback([args] { run_decide(*args); });
 }

@@ -1,13 +1,13 @@
-// `clef info --model DIR|FILE.gguf [--json]`: what is in a model directory or GGUF file (model/model_info.h).
+// `clef info --model DIR|FILE.gguf [--json]`: what is in a model directory or GGUF file (tools/model_info.h).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
-#include "model/model_info.h"
 #include "ops/cpu.h"
 #include "ops/gemm.h"
+#include "tools/model_info.h"
 
 namespace clef {
 

@@ -1,5 +1,5 @@
 // `clef make-model --preset tiny|flash-shaped [--layers N] [--seed S] [--no-vision] [--shard-size BYTES]
-// [--force] --out DIR`: write a random checkpoint in the publisher layout (see model/make_model.h).
+// [--force] --out DIR`: write a random checkpoint in the publisher layout (see tools/make_model.h).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -11,7 +11,7 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "model/make_model.h"
+#include "tools/make_model.h"
 #include "util/error.h"
 
 namespace clef {

@@ -11,9 +11,9 @@
 
 #include "cli/commands.h"
 #include "decision/engine.h"
-#include "model/make_model.h"
 #include "model/vision.h"
 #include "server/server.h"
+#include "tools/make_model.h"
 #include "util/error.h"
 
 namespace clef {
@@ -135,12 +135,13 @@ void run_serve(ServeArgs a, ServerOptions opt) {
     } catch (const std::exception&) {
     }
 
-    Server server(opt, [model_dir, head = a.load.head, lo = a.load.options(opt.backbone.precision)] {
-        return Engine::load(model_dir, head, lo);
-    });
+    const LoadOptions lo = a.load.options(opt.backbone.precision, default_state_cache_bytes());
+    Server server(opt, [model_dir, head = a.load.head, lo] { return Engine::load(model_dir, head, lo); });
     if (!server.bind()) throw Error(server.error());
-    std::fprintf(stderr, "clef: serving %s on http://%s:%d (POST /v1/systemone)%s\n", opt.model_name.c_str(),
-                 opt.host.c_str(), server.port(), opt.api_keys.empty() ? "" : ", API keys required");
+    std::fprintf(stderr, "clef: serving %s on http://%s:%d (POST /v1/systemone)%s; state cache %s\n",
+                 opt.model_name.c_str(), opt.host.c_str(), server.port(),
+                 opt.api_keys.empty() ? "" : ", API keys required",
+                 lo.cache_bytes ? (std::to_string(lo.cache_bytes >> 20) + " MiB").c_str() : "off");
     std::thread signals([&server, set] {
         int sig = 0;
         sigwait(&set, &sig);
@@ -169,6 +170,12 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--alias", opt->aliases, "Another name requests may use (repeatable)");
     cmd->add_option("--api-key", args->api_keys, "Accepted Bearer API key (repeatable; comma lists allowed)");
     cmd->add_option("--api-key-file", args->api_key_file, "File of API keys, one per line, # comments");
+    cmd->add_option(
+           "--max-in-flight", opt->max_in_flight,
+           "Decisions advanced together, one prefill chunk each in turn (a short request does not wait "
+           "for a long prefill)")
+        ->capture_default_str()
+        ->check(CLI::Range(size_t{1}, size_t{256}));
     cmd->add_option("--queue", opt->queue_size, "Decisions that may wait for the worker before 529")
         ->capture_default_str();
     cmd->add_option("--max-body-bytes", opt->max_body_bytes, "Largest request body (413 beyond)")

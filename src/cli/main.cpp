@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
     clef::add_tokenize_command(app);
     clef::add_info_command(app);
     clef::add_decide_command(app);
+    clef::add_batch_command(app);
     clef::add_serve_command(app);
     clef::add_make_model_command(app);
     clef::add_convert_command(app);

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 
 #include "decision/media.h"
-#include "io/model_dir.h"
-#include "io/safetensors.h"
-#include "model/gguf_model.h"
+#include "decision/response.h"
+#include "decision/state_cache.h"
 #include "model/head.h"
+#include "model/model_files.h"
+#include "model/mrope.h"
 #include "model/vision.h"
 #include "ops/cpu.h"
 #include "ops/gemm.h"
@@ -25,64 +28,50 @@ double seconds_since(Clock::time_point t0) {
 
 Engine::~Engine() = default;
 
-std::unique_ptr<Engine> Engine::load(const std::string& model_dir, const std::string& head_dir,
+uint64_t default_state_cache_bytes() {
+    std::ifstream f("/proc/meminfo");
+    uint64_t kib = 0;
+    for (std::string line; std::getline(f, line);)
+        if (line.rfind("MemAvailable:", 0) == 0) kib = std::strtoull(line.c_str() + 13, nullptr, 10);
+    return std::min<uint64_t>(kib * 1024 / 4, uint64_t{8} << 30);
+}
+
+void Engine::set_state_cache(uint64_t budget_bytes, int64_t granularity) {
+    cache_ = budget_bytes > 0 ? std::make_unique<StateCache>(budget_bytes, granularity) : nullptr;
+}
+
+StateCacheStats Engine::state_cache_stats() const {
+    return cache_ ? cache_->stats() : StateCacheStats{};
+}
+
+std::unique_ptr<Engine> Engine::load(const std::string& model_path, const std::string& head_dir,
                                      const LoadOptions& options) {
     ops::set_gemm_plan(ops::default_gemm_plan(options.precision));
-    if (is_gguf_file(model_dir)) {
-        GgufModel g = load_gguf_model(model_dir, head_dir);
-        if (!g.head)
-            throw Error(model_dir + ": a " + g.arch + " GGUF without a joint head (give --head DIR)");
-        std::unique_ptr<Engine> e(new Engine());
-        e->config_ = g.config;
-        e->head_config_ = *g.head_config;
-        e->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_dir));
-        e->weights_ = std::move(g.weights);
-        // The backbone and head keep copies of the quantised matrices they use (which keep the file mapped).
-        e->backbone_ = std::make_unique<Backbone>(
-            e->config_.text, *e->weights_, &g.matrices,
-            options.unpack_quantised ? ops::Residency::Packed : ops::Residency::Streamed);
-        // The head converts its tensors to fp32 and packs them: its file (for a GGUF, a temporary fp32 file)
-        // is released once the head is built.
-        const std::unique_ptr<SafetensorsFile> head_file = std::move(g.head);
-        const std::string prefix = e->backbone_->prefix();
-        for (const std::string& name : {std::string("lm_head.weight"), prefix + "embed_tokens.weight"}) {
-            if (auto it = g.matrices.find(name); it != g.matrices.end()) {
-                e->head_ = std::make_unique<JointHead>(e->head_config_, *head_file, it->second);
-                break;
-            }
-            if (const TensorView* t = e->weights_->find(name)) {
-                e->head_ = std::make_unique<JointHead>(e->head_config_, *head_file, *t);
-                break;
-            }
-        }
-        if (!e->head_) throw Error(model_dir + ": missing output.weight / token_embd.weight");
-        return e;
-    }
-    ModelDir dir = locate_model_dir(model_dir);
-    if (!dir.has_head())
-        throw Error(model_dir +
-                    ": no joint_head.safetensors / joint_head_config.json: a backbone alone cannot "
-                    "answer decisions");
+    ModelFiles m = open_model_files(model_path, head_dir);
     std::unique_ptr<Engine> e(new Engine());
-    e->config_ = load_model_config(dir.config_path);
-    e->head_config_ = load_head_config(dir.head_config_path);
-    if (e->head_config_.hidden_size != e->config_.text.hidden_size)
-        throw Error(dir.head_config_path + ": hidden_size " + std::to_string(e->head_config_.hidden_size) +
-                    " does not match the backbone's " + std::to_string(e->config_.text.hidden_size));
-    e->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(dir.tokenizer_path));
-    e->weights_ = std::make_unique<Checkpoint>(Checkpoint::open(dir.weights_path));
-    e->backbone_ = std::make_unique<Backbone>(e->config_.text, *e->weights_);
-    const SafetensorsFile head_file =
-        SafetensorsFile::open(dir.head_weights_path);  // released once the head is built
-    const TensorView* lm_head = e->weights_->find("lm_head.weight");
-    if (!lm_head && e->config_.text.tie_word_embeddings)
-        lm_head = e->weights_->find(e->backbone_->prefix() + "embed_tokens.weight");
-    if (!lm_head)
+    e->config_ = m.config;
+    e->head_config_ = m.head_config;
+    e->tokenizer_ = std::make_unique<Tokenizer>(m.tokenizer_in_gguf ? Tokenizer::from_gguf(m.tokenizer_path)
+                                                                    : Tokenizer::load(m.tokenizer_path));
+    e->weights_ = std::move(m.weights);
+    e->backbone_ = std::make_unique<Backbone>(
+        e->config_.text, *e->weights_,
+        options.unpack_quantised ? ops::Residency::Packed : ops::Residency::Streamed);
+    // The head converts its tensors to fp32 and packs them: its source is released once the head is built.
+    const std::unique_ptr<WeightSource> head = std::move(m.head);
+    std::string lexical = "lm_head.weight";
+    if (!e->weights_->has(lexical) && e->config_.text.tie_word_embeddings)
+        lexical = e->backbone_->prefix() + "embed_tokens.weight";
+    if (const QuantMatrix* q = e->weights_->find_matrix(lexical))
+        e->head_ = std::make_unique<JointHead>(e->head_config_, *head, *q);
+    else if (const TensorView* t = e->weights_->find(lexical))
+        e->head_ = std::make_unique<JointHead>(e->head_config_, *head, *t);
+    else
         throw Error(e->weights_->description() +
                     ": missing tensor lm_head.weight (the head's lexical table)");
-    e->head_ = std::make_unique<JointHead>(e->head_config_, head_file, *lm_head);
     if (e->config_.vision && VisionTower::in_checkpoint(*e->weights_))
-        e->load_vision(dir.processor_config_path);
+        e->load_vision(m.processor_config_path);
+    e->set_state_cache(options.cache_bytes, options.cache_granularity);
     return e;
 }
 
@@ -90,14 +79,9 @@ void Engine::load_vision(const std::string& processor_config_path) {
     const VisionConfig& vc = *config_.vision;
     if (!processor_config_path.empty()) {
         image_processor_ = load_image_processor_config(processor_config_path);
-    } else {  // Clef-Flash's published image processor
-        image_processor_.min_pixels = 65536;
-        image_processor_.max_pixels = 16777216;
-        image_processor_.patch_size = vc.patch_size;
-        image_processor_.merge_size = vc.spatial_merge_size;
-        image_processor_.temporal_patch_size = vc.temporal_patch_size;
-        image_processor_.image_mean = {0.5, 0.5, 0.5};
-        image_processor_.image_std = {0.5, 0.5, 0.5};
+    } else {
+        image_processor_ =
+            clef_flash_image_processor(vc.patch_size, vc.spatial_merge_size, vc.temporal_patch_size);
     }
     const ImageProcessorConfig& ip = image_processor_;
     if (ip.patch_size != vc.patch_size || ip.merge_size != vc.spatial_merge_size ||
@@ -140,7 +124,11 @@ Engine::Prepared Engine::prepare(DecisionRequest req, const DecideOptions& opt) 
         for (const auto& img : p.images) features += img.num_tokens();
         check_image_tokens(p.prompt.input_ids, image_token_id_, features);
         p.mm_token_type_ids = media_token_type_ids(p.prompt, media, image_token_id_);
-        p.position_ids = mrope_position_ids(p.mm_token_type_ids, p.images, &p.rope_delta);
+        std::vector<MediaGrid> grids;
+        for (const ProcessedImage& img : p.images)
+            grids.push_back({img.num_tokens(), img.merged_h, img.merged_w});
+        p.position_ids = mrope_position_ids(p.mm_token_type_ids, grids, &p.rope_delta);
+        p.media_key = media_key_of(p.images);
         req.decoded_images.clear();  // the resized images are all run() needs
         req.decoded_images.shrink_to_fit();
     }
@@ -152,117 +140,156 @@ Decision Engine::decide(const DecisionRequest& req, const DecideOptions& opt, bo
     return run(prepare(req, opt), opt, keep_hidden);
 }
 
-Decision Engine::run(const Prepared& p, const DecideOptions& opt, bool keep_hidden) const {
-    const auto t_start = Clock::now();
-    if (opt.threads > 0) ops::set_num_threads(opt.threads);
-    const DecisionRequest& req = p.request;
+std::vector<float> Engine::image_embeddings(const Prepared& p) const {
+    std::vector<std::vector<float>> features;
+    for (const ProcessedImage& img : p.images) {
+        const std::vector<float> pv = pixel_values(img, image_processor_);
+        features.push_back(vision_->forward(pv.data(), img.grid_t, img.grid_h, img.grid_w));
+    }
+    std::vector<float> x = backbone_->embed(p.prompt.input_ids);
+    substitute_image_embeddings(x, backbone_->config().hidden_size, p.mm_token_type_ids, features);
+    return x;
+}
+
+// One decision's working state (DecisionTask): the prompt's head questions, the feature builder, the backbone
+// state (resumed from the state cache where it can) and the prefill cursor.
+struct DecisionTask::State {
+    const Engine& e;
+    const Engine::Prepared& p;
+    DecideOptions opt;
+    bool keep_hidden;
+    Clock::time_point t_start;
     Decision d;
+    std::vector<HeadQuestion> hq;
+    std::unique_ptr<HeadFeatureBuilder> builder;
+    StateCache* cache = nullptr;
+    StateCache::Plan plan;
+    StateCache::Resume resume;  // .state is the backbone state the prefill carries
+    size_t next_stop = 0;
+    std::vector<float> x_all;  // [T][hidden], only while image pads remain to be run
+    std::unique_ptr<Backbone::Prefill> prefill;
+    double backbone_s = 0, sink_s = 0;
+    bool finished = false;
+
+    State(const Engine& engine, const Engine::Prepared& prepared, const DecideOptions& o, bool keep)
+        : e(engine), p(prepared), opt(o), keep_hidden(keep), t_start(Clock::now()) {}
+    void begin();
+    void sink(const float* rows, int64_t n, int64_t t0);
+    void finish();
+};
+
+std::unique_ptr<DecisionTask> Engine::start(const Prepared& p, const DecideOptions& opt,
+                                            bool keep_hidden) const {
+    if (opt.threads > 0) ops::set_num_threads(opt.threads);
+    auto t = std::unique_ptr<DecisionTask>(new DecisionTask());
+    t->s_ = std::make_unique<DecisionTask::State>(*this, p, opt, keep_hidden);
+    t->s_->begin();
+    return t;
+}
+
+Decision Engine::run(const Prepared& p, const DecideOptions& opt, bool keep_hidden) const {
+    std::unique_ptr<DecisionTask> t = start(p, opt, keep_hidden);
+    while (!t->done()) t->step();
+    return t->take();
+}
+
+DecisionTask::~DecisionTask() = default;
+
+bool DecisionTask::done() const {
+    return s_->finished;
+}
+
+// The next prefill chunk (model/backbone.h), or, after the last one, the head and the answers.
+void DecisionTask::step() {
+    State& s = *s_;
+    if (s.finished) return;
+    if (!s.prefill->done()) {
+        const auto tb = Clock::now();
+        s.prefill->step([&s](const float* rows, int64_t n, int64_t t0) { s.sink(rows, n, t0); });
+        s.backbone_s += seconds_since(tb);
+        if (!s.prefill->done()) return;
+    }
+    s.finish();
+}
+
+Decision DecisionTask::take() {
+    if (!s_->finished) throw Error("decision task: taken before it finished");
+    return std::move(s_->d);
+}
+
+// The prompt's questions for the head, the state cache's plan and resumed prefix, and the image rows when
+// pads remain to be run.
+void DecisionTask::State::begin() {
     d.prompt = p.prompt;
     const auto& ids = d.prompt.input_ids;
     const int64_t T = static_cast<int64_t>(ids.size());
-
-    std::vector<HeadQuestion> hq;
-    hq.reserve(d.prompt.questions.size());
-    for (const auto& q : d.prompt.questions) {
-        HeadQuestion h;
-        h.type = static_cast<int>(q.type);
-        h.span_begin = q.span.first;
-        h.span_end = q.span.second;
-        h.option_spans = q.option_spans;
-        hq.push_back(std::move(h));
+    for (const auto& q : d.prompt.questions)
+        hq.push_back({static_cast<int>(q.type), q.span.first, q.span.second, q.option_spans});
+    const int64_t H = e.backbone_->config().hidden_size, W = e.head_->config().width;
+    builder = std::make_unique<HeadFeatureBuilder>(*e.head_, T, ids, hq);
+    cache = keep_hidden ? nullptr : e.cache_.get();
+    if (cache) {
+        plan = cache->plan(ids, p.media_key, p.prompt.state_end);
+        resume = cache->find(plan, ids, e.backbone_->start(), W);
+        builder->restore_memory(resume.memory.data(), resume.position);
+        resume.memory = {};
+    } else {
+        resume.state = e.backbone_->start();
     }
-
-    // Chunked prefill: embeddings (with the vision tower's rows substituted for image pads), the backbone
-    // chunk by chunk (conv, delta-rule and K/V state carried along), each chunk's last hidden states streamed
-    // into the head's feature builder.
-    const int64_t H = backbone_->config().hidden_size;
-    DecisionProfile* prof = opt.profile;
-    std::vector<float> x_all;  // [T][hidden], only with images
-    if (!p.images.empty()) {
+    next_stop = resume.stops_done;
+    d.tokens_reused = resume.position;
+    if (std::find(
+            p.mm_token_type_ids.begin() + std::min<int64_t>(resume.position, p.mm_token_type_ids.size()),
+            p.mm_token_type_ids.end(), 1) != p.mm_token_type_ids.end()) {
         const auto tv = Clock::now();
-        std::vector<std::vector<float>> features;
-        for (const ProcessedImage& img : p.images) {
-            const std::vector<float> pv = pixel_values(img, image_processor_);
-            features.push_back(vision_->forward(pv.data(), img.grid_t, img.grid_h, img.grid_w));
-        }
-        x_all = backbone_->embed(ids);
-        substitute_image_embeddings(x_all, H, p.mm_token_type_ids, features);
-        if (prof) prof->vision += seconds_since(tv);
+        x_all = e.image_embeddings(p);
+        if (opt.profile) opt.profile->vision += seconds_since(tv);
     }
-    HeadFeatureBuilder builder(*head_, T, ids, hq);
-    BackboneState state = backbone_->start();
-    const int64_t chunk = backbone_->chunk_length(opt.backbone, T);
-    std::vector<float> buf(static_cast<size_t>(std::min(chunk, T) * H));
     if (keep_hidden) d.last_hidden_state.resize(static_cast<size_t>(T * H));
-    for (int64_t t0 = 0; t0 < T; t0 += chunk) {
-        const int64_t n = std::min(chunk, T - t0);
-        const auto tb = Clock::now();
-        if (x_all.empty())
-            backbone_->embed_into(ids.data() + t0, n, buf.data());
-        else
-            std::copy_n(x_all.data() + t0 * H, n * H, buf.data());
-        backbone_->forward_chunk(state, buf.data(), n,
-                                 p.position_ids.empty() ? nullptr : p.position_ids.data() + t0, T,
-                                 opt.backbone, buf.data(), nullptr, prof ? &prof->backbone : nullptr);
-        const auto th = Clock::now();
-        if (prof) prof->backbone_total += std::chrono::duration<double>(th - tb).count();
-        builder.add_rows(buf.data(), n);
-        if (prof) prof->head_features += seconds_since(th);
-        if (keep_hidden) std::copy_n(buf.data(), n * H, d.last_hidden_state.data() + t0 * H);
+    Backbone::PrefillInput in;
+    in.T = T;
+    in.ids = ids.data();
+    in.embeddings = x_all.empty() ? nullptr : x_all.data();
+    in.positions = p.position_ids.empty() ? nullptr : p.position_ids.data();
+    in.stops.assign(plan.stops.begin() + static_cast<std::ptrdiff_t>(next_stop), plan.stops.end());
+    prefill = std::make_unique<Backbone::Prefill>(*e.backbone_, resume.state, std::move(in), opt.backbone,
+                                                  opt.profile ? &opt.profile->backbone : nullptr);
+}
+
+// A chunk's last hidden states: to the head's features, and to the state cache at a stop.
+void DecisionTask::State::sink(const float* rows, int64_t n, int64_t t0) {
+    const auto th = Clock::now();
+    builder->add_rows(rows, n);
+    const int64_t H = e.backbone_->config().hidden_size;
+    if (keep_hidden) std::copy_n(rows, n * H, d.last_hidden_state.data() + t0 * H);
+    if (cache && next_stop < plan.stops.size() && plan.stops[next_stop] == t0 + n) {
+        const int64_t begin = next_stop ? plan.stops[next_stop - 1] : 0;
+        cache->put(plan, next_stop++, d.prompt.input_ids, resume.state, builder->memory_rows(begin),
+                   e.head_->config().width);
     }
-    state = {};
+    sink_s += seconds_since(th);
+}
+
+void DecisionTask::State::finish() {
+    prefill.reset();
+    x_all = {};
+    resume.state = {};
+    DecisionProfile* prof = opt.profile;
+    if (prof) {
+        prof->backbone_total += backbone_s - sink_s;
+        prof->head_features += sink_s;
+    }
     const auto tf = Clock::now();
-    HeadFeatures features = builder.finish();
+    HeadFeatures features = builder->finish();
+    builder.reset();
     if (prof) prof->head_features += seconds_since(tf);
     const auto td = Clock::now();
-    d.logits = head_->decide(features, hq);
+    d.logits = e.head_->decide(features, hq);
     if (prof) prof->head_decide += seconds_since(td);
-
-    JsonValue answers = JsonValue::object();
-    for (size_t i = 0; i < d.logits.size(); ++i) {
-        d.probabilities.push_back(softmax_f32(d.logits[i]));
-        answers.set(req.questions[i].id, make_answer(req.questions[i], d.prompt.questions[i],
-                                                     d.probabilities.back(), opt.answers));
-    }
-    JsonValue usage = JsonValue::object();
-    usage.set("input_tokens", JsonValue::integer(T));
-    usage.set("output_tokens", JsonValue::integer(0));
-    d.response = JsonValue::object();
-    d.response.set("model", JsonValue::string(req.model));
-    d.response.set("answers", std::move(answers));
-    d.response.set("usage", std::move(usage));
-
-    if (opt.debug) {
-        JsonValue dbg = JsonValue::object();
-        std::vector<JsonValue> idv;
-        idv.reserve(ids.size());
-        for (int32_t id : ids) idv.push_back(JsonValue::integer(id));
-        dbg.set("input_ids", JsonValue::array(std::move(idv)));
-        std::vector<JsonValue> qs;
-        auto span_json = [](std::pair<int, int> s) {
-            return JsonValue::array({JsonValue::integer(s.first), JsonValue::integer(s.second)});
-        };
-        for (size_t i = 0; i < d.prompt.questions.size(); ++i) {
-            const auto& q = d.prompt.questions[i];
-            JsonValue o = JsonValue::object();
-            o.set("id", JsonValue::string(q.id));
-            o.set("span", span_json(q.span));
-            std::vector<JsonValue> spans, oids, lg, pr;
-            for (const auto& s : q.option_spans) spans.push_back(span_json(s));
-            for (const auto& s : q.option_ids) oids.push_back(JsonValue::string(s));
-            for (float x : d.logits[i]) lg.push_back(JsonValue::number(x));
-            for (float x : d.probabilities[i]) pr.push_back(JsonValue::number(x));
-            o.set("option_spans", JsonValue::array(std::move(spans)));
-            o.set("option_ids", JsonValue::array(std::move(oids)));
-            o.set("logits", JsonValue::array(std::move(lg)));
-            o.set("probabilities", JsonValue::array(std::move(pr)));
-            qs.push_back(std::move(o));
-        }
-        dbg.set("questions", JsonValue::array(std::move(qs)));
-        d.response.set("debug", std::move(dbg));
-    }
-    if (opt.profile) opt.profile->total += seconds_since(t_start);
-    return d;
+    for (const auto& l : d.logits) d.probabilities.push_back(softmax_f32(l));
+    d.response = decision_response(p.request, d.prompt, d.logits, d.probabilities, opt.answers, opt.debug);
+    if (prof) prof->total += seconds_since(t_start);
+    finished = true;
 }
 
 }  // namespace clef

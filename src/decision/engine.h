@@ -10,6 +10,7 @@
 #include "decision/answer.h"
 #include "decision/prompt.h"
 #include "decision/request.h"
+#include "decision/state_cache.h"
 #include "image/preprocess.h"
 #include "model/backbone.h"
 #include "model/config.h"
@@ -19,7 +20,7 @@ namespace clef {
 
 class Tokenizer;
 class JointHead;
-class Checkpoint;
+class WeightSource;
 class SafetensorsFile;
 class VisionTower;
 
@@ -52,6 +53,7 @@ struct Decision {
     std::vector<std::vector<float>> logits;         // per question, encoded option order
     std::vector<std::vector<float>> probabilities;  // float32 softmax of logits
     std::vector<float> last_hidden_state;           // [T][hidden], kept only when asked (tests)
+    int64_t tokens_reused = 0;                      // prompt tokens resumed from the state cache
 };
 
 // Load-time choices.
@@ -64,6 +66,33 @@ struct LoadOptions {
     // The precision decisions will mostly run in: it fixes the projections' weight layout for this CPU
     // (ops::default_gemm_plan; the process's GEMM plan is set at load). Either precision still runs.
     ops::Precision precision = ops::Precision::Exact;
+    // The state cache's budget in bytes (0: off) and the tokens between its snapshots inside a state.
+    uint64_t cache_bytes = 0;
+    int64_t cache_granularity = 256;
+};
+
+// A state-cache budget sized from this machine's available memory (a quarter of it, at most 8 GiB).
+uint64_t default_state_cache_bytes();
+
+class Engine;
+
+// One decision in steps (Engine::start): step() runs the next prefill chunk or, after the last one, the head
+// and the answers. `clef serve` interleaves the steps of the decisions in flight, so a short request does not
+// wait for a long prefill. The engine and the Prepared request must outlive the task.
+class DecisionTask {
+public:
+    ~DecisionTask();
+    bool done() const;
+    void step();
+    // The decision, once done().
+    Decision take();
+
+    struct State;  // engine.cpp
+
+private:
+    friend class Engine;
+    DecisionTask() = default;
+    std::unique_ptr<State> s_;
 };
 
 class Engine {
@@ -101,20 +130,34 @@ public:
         std::vector<int32_t> mm_token_type_ids;  // [T], 1 on image pads (empty without images)
         std::vector<int32_t> position_ids;       // [3][T] MRoPE (t, h, w) (empty without images: 0..T-1)
         int rope_delta = 0;
+        uint64_t media_key = 0;  // the images' key in the state cache (0 without images)
     };
     Prepared prepare(DecisionRequest req, const DecideOptions& opt = {}) const;
     Decision run(const Prepared& p, const DecideOptions& opt = {}, bool keep_hidden = false) const;
+    // run() in steps (DecisionTask); the first part (state cache lookup, image rows) runs here.
+    std::unique_ptr<DecisionTask> start(const Prepared& p, const DecideOptions& opt = {},
+                                        bool keep_hidden = false) const;
+
+    // The state cache (decision/state_cache.h): prompt prefixes up to the end of the state, resumed by later
+    // decisions; at most budget_bytes (0 turns it off, the default). granularity: tokens between snapshots
+    // inside a state. Set it before decisions run.
+    void set_state_cache(uint64_t budget_bytes, int64_t granularity = 256);
+    StateCacheStats state_cache_stats() const;
 
 private:
+    friend struct DecisionTask::State;
     Engine() = default;
     void load_vision(const std::string& processor_config_path);
+    // [T][hidden]: the prompt's embeddings with the vision tower's rows in place of the image pads.
+    std::vector<float> image_embeddings(const Prepared& p) const;
     ModelConfig config_;
     HeadConfig head_config_;
     std::unique_ptr<Tokenizer> tokenizer_;
-    std::unique_ptr<Checkpoint> weights_;
+    std::unique_ptr<WeightSource> weights_;
     std::unique_ptr<Backbone> backbone_;
     std::unique_ptr<JointHead> head_;
     std::unique_ptr<VisionTower> vision_;
+    std::unique_ptr<StateCache> cache_;
     ImageProcessorConfig image_processor_;
     int32_t image_token_id_ = -1;
 };

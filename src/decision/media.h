@@ -7,9 +7,7 @@
 //   - the pads' embeddings are replaced, in order, by the vision tower's output rows; a literal <|image_pad|>
 //   in
 //     the text makes the counts disagree and the request is refused (the reference model raises);
-//   - positions are interleaved-MRoPE (t, h, w): text (p, p, p); an image with merged grid (Gh, Gw) starting
-//   at p
-//     gives its token k = r·Gw + c the position (p, p + r, p + c), and text resumes at p + max(Gh, Gw).
+//   - positions are interleaved MRoPE (model/mrope.h).
 #pragma once
 
 #include <cstdint>
@@ -40,10 +38,6 @@ std::vector<int32_t> media_token_type_ids(const EncodedPrompt& prompt, const Med
 
 // Throws ImageTokenMismatch when input_ids hold a different number of image_token_id ids than `features`.
 void check_image_tokens(const std::vector<int32_t>& input_ids, int32_t image_token_id, int64_t features);
-
-// [3][T] (t, h, w) positions; rope_delta = max position + 1 − T.
-std::vector<int32_t> mrope_position_ids(const std::vector<int32_t>& mm_token_type_ids,
-                                        const std::vector<ProcessedImage>& images, int* rope_delta = nullptr);
 
 // Overwrites the rows of x [T][hidden] whose mm_token_type_ids is 1 with the image features, in order (each
 // features[i] is [tokens_i][hidden]). Throws ImageTokenMismatch when the counts differ.

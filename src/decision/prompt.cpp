@@ -98,6 +98,7 @@ EncodedPrompt encode_prompt(const Tokenizer& tok, const DecisionRequest& req, co
     out.state_tokens_kept = static_cast<int>(state_ids.size());
 
     const int schema_offset = head.size() + out.state_tokens_kept;
+    out.state_end = schema_offset;
     for (auto& q : out.questions) {
         q.span.first += schema_offset;
         q.span.second += schema_offset;

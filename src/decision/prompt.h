@@ -44,6 +44,7 @@ struct EncodedPrompt {
     int state_tokens_total = 0;  // before truncation
     int state_tokens_kept = 0;
     int media_token_offset = -1;         // where the media block starts, -1 without media
+    int state_end = 0;  // where the state ends and the schema begins (prefix + media + state)
     std::vector<PromptSegment> segments;  // filled when requested, in sequence order
 };
 

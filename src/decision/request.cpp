@@ -59,6 +59,202 @@ QuestionOption make_option(std::string id, const JsonValue* description) {
     return o;
 }
 
+// What validating one part of the body did: Ok, Invalid (validation errors recorded; parsing goes on to
+// collect the others) or Stop (a 400 error replaced them: parse_request returns false at once).
+enum class Step { Ok, Invalid, Stop };
+
+void parse_model(const JsonValue& body, Validator& v, DecisionRequest& req) {
+    const JsonValue* model = body.find("model");
+    if (!model)
+        v.validation("missing", loc_of({"body", "model"}), "Field required");
+    else if (!model->is_string())
+        v.validation("string_type", loc_of({"body", "model"}), "Input should be a valid string");
+    else
+        req.model = model->as_string();
+}
+
+void parse_state(const JsonValue& body, Validator& v, DecisionRequest& req) {
+    // `document` is the pre-launch name of `state`; accepted when `state` is absent.
+    const JsonValue* state = body.find("state");
+    if (!state || state->is_null()) {
+        const JsonValue* doc = body.find("document");
+        if (doc && !doc->is_null()) state = doc;
+    }
+    if (!state || state->is_null())
+        v.validation("missing", loc_of({"body", "state"}), "Field required");
+    else
+        req.state = *state;
+}
+
+// The `questions` object, or nullptr (with a validation error) when it is missing, not an object or empty.
+const JsonValue* find_questions(const JsonValue& body, Validator& v) {
+    const JsonValue* questions = body.find("questions");
+    if (!questions || questions->is_null()) {
+        v.validation("missing", loc_of({"body", "questions"}), "Field required");
+        return nullptr;
+    }
+    if (!questions->is_object()) {
+        v.validation("dict_type", loc_of({"body", "questions"}), "Input should be a valid dictionary");
+        return nullptr;
+    }
+    if (questions->members().empty()) {
+        v.validation("too_short", loc_of({"body", "questions"}),
+                     "Dictionary should have at least 1 item after validation, not 0");
+        return nullptr;
+    }
+    return questions;
+}
+
+// A question's `criteria` field: `value` is null when the field is absent or null.
+struct Criteria {
+    const JsonValue* value;
+    const std::string& qid;
+    const std::string& type_name;
+    std::vector<JsonValue> loc() const { return loc_of({"body", "questions", qid, type_name, "criteria"}); }
+};
+
+Step parse_noul_options(const Criteria& c, Validator& v, Question& q) {
+    if (c.value && !c.value->is_object()) {
+        v.validation("dict_type", c.loc(), "Input should be a valid dictionary");
+        return Step::Invalid;
+    }
+    JsonValue t = JsonValue::string(kNoulTrueDescription), f = JsonValue::string(kNoulFalseDescription);
+    // dict.update semantics: an explicit null removes the description; other keys are ignored.
+    if (c.value) {
+        if (const JsonValue* ct = c.value->find("true")) t = *ct;
+        if (const JsonValue* cf = c.value->find("false")) f = *cf;
+    }
+    q.options.push_back(make_option("true", &t));
+    q.options.push_back(make_option("false", &f));
+    q.answer_order = {"true", "false"};
+    return Step::Ok;
+}
+
+Step parse_choice_options(const Criteria& c, Validator& v, Question& q) {
+    if (!c.value) {
+        v.validation("missing", c.loc(), "Field required");
+        return Step::Invalid;
+    }
+    if (!c.value->is_object()) {
+        v.validation("dict_type", c.loc(), "Input should be a valid dictionary");
+        return Step::Invalid;
+    }
+    const auto& members = c.value->members();
+    if (members.empty()) {
+        v.usage(c.qid + ": criteria must not be empty");
+        return Step::Stop;
+    }
+    if (members.size() > v.limits.max_options) {
+        v.usage("Too many choices. Must have at most " + std::to_string(v.limits.max_options) + " choices.");
+        return Step::Stop;
+    }
+    for (const auto& [label, desc] : members) {
+        q.options.push_back(make_option(label, &desc));
+        q.answer_order.push_back(label);
+    }
+    // Python sorts str keys by code point, which is UTF-8 byte order.
+    std::stable_sort(q.options.begin(), q.options.end(),
+                     [](const QuestionOption& a, const QuestionOption& b) { return a.id < b.id; });
+    return Step::Ok;
+}
+
+Step parse_score_options(const Criteria& c, Validator& v, Question& q) {
+    if (!c.value) {
+        v.validation("missing", c.loc(), "Field required");
+        return Step::Invalid;
+    }
+    if (!c.value->is_array()) {
+        v.validation("list_type", c.loc(), "Input should be a valid list");
+        return Step::Invalid;
+    }
+    const auto& levels = c.value->items();
+    if (levels.empty()) {
+        v.usage(c.qid + ": criteria must not be empty");
+        return Step::Stop;
+    }
+    if (levels.size() > v.limits.max_levels) {
+        v.usage("Too many score levels. Must have at most " + std::to_string(v.limits.max_levels) +
+                " levels.");
+        return Step::Stop;
+    }
+    for (size_t i = 0; i < levels.size(); ++i) {
+        q.options.push_back(make_option(std::to_string(i), &levels[i]));
+        q.answer_order.push_back(std::to_string(i));
+    }
+    return Step::Ok;
+}
+
+bool parse_question_type(const std::string& name, QuestionType& type) {
+    if (name == "noul")
+        type = QuestionType::Noul;
+    else if (name == "choice")
+        type = QuestionType::Choice;
+    else if (name == "score")
+        type = QuestionType::Score;
+    else
+        return false;
+    return true;
+}
+
+Step parse_question(const std::string& qid, const JsonValue& qv, Validator& v, Question& q) {
+    if (!qv.is_object()) {
+        v.validation("dict_type", loc_of({"body", "questions", qid}), "Input should be a valid dictionary");
+        return Step::Invalid;
+    }
+    q.id = qid;
+    const JsonValue* type = qv.find("type");
+    const std::string tname = type && type->is_string() ? type->as_string() : "";
+    if (!parse_question_type(tname, q.type)) {
+        v.validation("union_tag_invalid", loc_of({"body", "questions", qid, "type"}),
+                     qid + ": type must be noul, choice, or score");
+        return Step::Invalid;
+    }
+    if (qid.empty()) {
+        v.validation("value_error", loc_of({"body", "questions", qid}), "question id must not be empty");
+        return Step::Invalid;
+    }
+    const JsonValue* instructions = qv.find("instructions");
+    if (!instructions || instructions->is_null() ||
+        (instructions->is_string() && instructions->as_string().empty()))
+        q.instructions = JsonValue::string(qid);
+    else
+        q.instructions = *instructions;
+
+    const JsonValue* criteria = qv.find("criteria");
+    if (criteria) q.criteria = *criteria;
+    const Criteria c{criteria && !criteria->is_null() ? criteria : nullptr, qid, tname};
+    if (q.type == QuestionType::Noul) return parse_noul_options(c, v, q);
+    if (q.type == QuestionType::Choice) return parse_choice_options(c, v, q);
+    return parse_score_options(c, v, q);
+}
+
+// Every question, in the body's order, into `out`; false when a 400 error stopped the parse.
+bool parse_questions(const JsonValue& questions, Validator& v, std::vector<Question>& out) {
+    if (questions.members().size() > v.limits.max_questions)
+        return v.usage("Too many questions. Must have at most " + std::to_string(v.limits.max_questions) +
+                       " questions.");
+    for (const auto& [qid, qv] : questions.members()) {
+        Question q;
+        const Step step = parse_question(qid, qv, v, q);
+        if (step == Step::Stop) return false;
+        if (step == Step::Ok) out.push_back(std::move(q));
+    }
+    return true;
+}
+
+// Media last (400 api_usage_error): the images are decoded here, so every bad image is a validation
+// error.
+bool decode_media(Validator& v, DecisionRequest& req) {
+    if (!req.videos.is_null() && !(req.videos.is_array() && req.videos.items().empty()))
+        return v.api_usage("videos", "videos are not supported yet; send still images in `images`");
+    try {
+        req.decoded_images = decode_image_sources(req.images, v.limits.images);
+    } catch (const ImageError& e) {
+        return v.api_usage("images", e.what());
+    }
+    return true;
+}
+
 }  // namespace
 
 bool parse_request(const JsonValue& body, DecisionRequest& out, std::vector<RequestError>& errors,
@@ -70,155 +266,15 @@ bool parse_request(const JsonValue& body, DecisionRequest& out, std::vector<Requ
         return false;
     }
     DecisionRequest req;
-
-    const JsonValue* model = body.find("model");
-    if (!model)
-        v.validation("missing", loc_of({"body", "model"}), "Field required");
-    else if (!model->is_string())
-        v.validation("string_type", loc_of({"body", "model"}), "Input should be a valid string");
-    else
-        req.model = model->as_string();
-
-    // `document` is the pre-launch name of `state`; accepted when `state` is absent.
-    const JsonValue* state = body.find("state");
-    if (!state || state->is_null()) {
-        const JsonValue* doc = body.find("document");
-        if (doc && !doc->is_null()) state = doc;
-    }
-    if (!state || state->is_null())
-        v.validation("missing", loc_of({"body", "state"}), "Field required");
-    else
-        req.state = *state;
-
+    parse_model(body, v, req);
+    parse_state(body, v, req);
     if (const JsonValue* images = body.find("images")) req.images = *images;
     if (const JsonValue* videos = body.find("videos")) req.videos = *videos;
 
-    const JsonValue* questions = body.find("questions");
-    if (!questions || questions->is_null()) {
-        v.validation("missing", loc_of({"body", "questions"}), "Field required");
-        return false;
-    }
-    if (!questions->is_object()) {
-        v.validation("dict_type", loc_of({"body", "questions"}), "Input should be a valid dictionary");
-        return false;
-    }
-    if (questions->members().empty()) {
-        v.validation("too_short", loc_of({"body", "questions"}),
-                     "Dictionary should have at least 1 item after validation, not 0");
-        return false;
-    }
-    if (!errors.empty()) return false;
-    if (questions->members().size() > limits.max_questions)
-        return v.usage("Too many questions. Must have at most " + std::to_string(limits.max_questions) +
-                       " questions.");
-
-    for (const auto& [qid, qv] : questions->members()) {
-        if (!qv.is_object()) {
-            v.validation("dict_type", loc_of({"body", "questions", qid}), "Input should be a valid dictionary");
-            continue;
-        }
-        Question q;
-        q.id = qid;
-        const JsonValue* type = qv.find("type");
-        std::string tname = type && type->is_string() ? type->as_string() : "";
-        if (tname == "noul")
-            q.type = QuestionType::Noul;
-        else if (tname == "choice")
-            q.type = QuestionType::Choice;
-        else if (tname == "score")
-            q.type = QuestionType::Score;
-        else {
-            v.validation("union_tag_invalid", loc_of({"body", "questions", qid, "type"}),
-                         qid + ": type must be noul, choice, or score");
-            continue;
-        }
-        if (qid.empty()) {
-            v.validation("value_error", loc_of({"body", "questions", qid}), "question id must not be empty");
-            continue;
-        }
-        const JsonValue* instructions = qv.find("instructions");
-        if (!instructions || instructions->is_null() || (instructions->is_string() && instructions->as_string().empty()))
-            q.instructions = JsonValue::string(qid);
-        else
-            q.instructions = *instructions;
-
-        const JsonValue* criteria = qv.find("criteria");
-        if (criteria) q.criteria = *criteria;
-        const bool has_criteria = criteria && !criteria->is_null();
-        auto crit_loc = [&, &qid = qid] { return loc_of({"body", "questions", qid, tname, "criteria"}); };
-
-        switch (q.type) {
-            case QuestionType::Noul: {
-                if (has_criteria && !criteria->is_object()) {
-                    v.validation("dict_type", crit_loc(), "Input should be a valid dictionary");
-                    continue;
-                }
-                JsonValue t = JsonValue::string(kNoulTrueDescription),
-                          f = JsonValue::string(kNoulFalseDescription);
-                // dict.update semantics: an explicit null removes the description; other keys are ignored.
-                if (has_criteria) {
-                    if (const JsonValue* ct = criteria->find("true")) t = *ct;
-                    if (const JsonValue* cf = criteria->find("false")) f = *cf;
-                }
-                q.options.push_back(make_option("true", &t));
-                q.options.push_back(make_option("false", &f));
-                q.answer_order = {"true", "false"};
-                break;
-            }
-            case QuestionType::Choice: {
-                if (!has_criteria) {
-                    v.validation("missing", crit_loc(), "Field required");
-                    continue;
-                }
-                if (!criteria->is_object()) {
-                    v.validation("dict_type", crit_loc(), "Input should be a valid dictionary");
-                    continue;
-                }
-                if (criteria->members().empty()) return v.usage(qid + ": criteria must not be empty");
-                if (criteria->members().size() > limits.max_options)
-                    return v.usage("Too many choices. Must have at most " + std::to_string(limits.max_options) +
-                                   " choices.");
-                for (const auto& [label, desc] : criteria->members()) {
-                    q.options.push_back(make_option(label, &desc));
-                    q.answer_order.push_back(label);
-                }
-                // Python sorts str keys by code point, which is UTF-8 byte order.
-                std::stable_sort(q.options.begin(), q.options.end(),
-                                 [](const QuestionOption& a, const QuestionOption& b) { return a.id < b.id; });
-                break;
-            }
-            case QuestionType::Score: {
-                if (!has_criteria) {
-                    v.validation("missing", crit_loc(), "Field required");
-                    continue;
-                }
-                if (!criteria->is_array()) {
-                    v.validation("list_type", crit_loc(), "Input should be a valid list");
-                    continue;
-                }
-                if (criteria->items().empty()) return v.usage(qid + ": criteria must not be empty");
-                if (criteria->items().size() > limits.max_levels)
-                    return v.usage("Too many score levels. Must have at most " + std::to_string(limits.max_levels) +
-                                   " levels.");
-                for (size_t i = 0; i < criteria->items().size(); ++i) {
-                    q.options.push_back(make_option(std::to_string(i), &criteria->items()[i]));
-                    q.answer_order.push_back(std::to_string(i));
-                }
-                break;
-            }
-        }
-        req.questions.push_back(std::move(q));
-    }
-    if (!errors.empty()) return false;
-    // Media last (400 api_usage_error): the images are decoded here, so every bad image is a validation
-    // error.
-    if (!req.videos.is_null() && !(req.videos.is_array() && req.videos.items().empty()))
-        return v.api_usage("videos", "videos are not supported yet; send still images in `images`");
-    try {
-        req.decoded_images = decode_image_sources(req.images, limits.images);
-    } catch (const ImageError& e) {
-        return v.api_usage("images", e.what());
-    }
+    const JsonValue* questions = find_questions(body, v);
+    if (!questions || !errors.empty()) return false;
+    if (!parse_questions(*questions, v, req.questions) || !errors.empty()) return false;
+    if (!decode_media(v, req)) return false;
     out = std::move(req);
     return true;
 }

@@ -19,7 +19,4 @@ inline size_t base64_decoded_size_bound(size_t encoded_length) {
     return encoded_length / 4 * 3 + 3;
 }
 
-// Standard alphabet with padding.
-std::string base64_encode(std::string_view bytes);
-
 }  // namespace clef

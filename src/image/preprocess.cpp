@@ -116,6 +116,18 @@ ImageProcessorConfig load_image_processor_config(const std::string& path) {
     return parse_image_processor_config(ss.str(), path);
 }
 
+ImageProcessorConfig clef_flash_image_processor(int patch_size, int merge_size, int temporal_patch_size) {
+    ImageProcessorConfig c;
+    c.min_pixels = 65536;
+    c.max_pixels = 16777216;
+    c.patch_size = patch_size;
+    c.merge_size = merge_size;
+    c.temporal_patch_size = temporal_patch_size;
+    c.image_mean = {0.5, 0.5, 0.5};
+    c.image_std = {0.5, 0.5, 0.5};
+    return c;
+}
+
 const char* resize_branch_name(ResizeBranch b) {
     switch (b) {
         case ResizeBranch::None:

@@ -40,6 +40,9 @@ struct ImageProcessorConfig {
 ImageProcessorConfig parse_image_processor_config(const std::string& json_text,
                                                   const std::string& source_name);
 ImageProcessorConfig load_image_processor_config(const std::string& path);
+// Clef-Flash's published image processor (min/max pixels 65536 / 16777216, mean and std 0.5) on the given
+// vision geometry: the settings of a model directory without a processor config.
+ImageProcessorConfig clef_flash_image_processor(int patch_size, int merge_size, int temporal_patch_size);
 
 enum class ResizeBranch { None, Round, MinPixels, MaxPixels };
 const char* resize_branch_name(ResizeBranch b);  // "none", "round", "min_pixels", "max_pixels"

@@ -802,4 +802,15 @@ void GgufWriter::write(const std::string& path, const std::function<void(uint64_
     }
 }
 
+bool is_gguf_file(const std::string& path) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) return false;
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) return false;
+    char m[4] = {};
+    const size_t n = std::fread(m, 1, 4, f);
+    std::fclose(f);
+    return n == 4 && std::memcmp(m, "GGUF", 4) == 0;
+}
+
 }  // namespace clef

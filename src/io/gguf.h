@@ -210,4 +210,7 @@ private:
     std::vector<Tensor> tensors_;
 };
 
+// True when the path names a GGUF file (by its magic; false for directories and unreadable paths).
+bool is_gguf_file(const std::string& path);
+
 }  // namespace clef

@@ -63,6 +63,8 @@ ModelDir locate_model_dir(const std::string& path) {
     d.tokenizer_path = required_file(dir, path, "tokenizer.json", "the tokenizer");
     d.tokenizer_config_path = optional_file(dir, path, "tokenizer_config.json");
     d.processor_config_path = optional_file(dir, path, "processor_config.json");
+    if (d.processor_config_path.empty())  // the older transformers layout: the image processor's own file
+        d.processor_config_path = optional_file(dir, path, "preprocessor_config.json");
 
     // Backbone weights: an index, a single file, or unindexed shards (the forms Checkpoint::open accepts).
     d.weights_index_path = optional_file(dir, path, "model.safetensors.index.json");

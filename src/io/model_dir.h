@@ -16,7 +16,8 @@ struct ModelDir {
     std::string head_weights_path;      // joint_head.safetensors ("" when backbone only)
     std::string tokenizer_path;         // tokenizer.json (required)
     std::string tokenizer_config_path;  // tokenizer_config.json (optional, "" when absent)
-    std::string processor_config_path;  // processor_config.json (optional, "" when absent)
+    std::string
+        processor_config_path;  // processor_config.json, else preprocessor_config.json ("" when absent)
     // The backbone weights, in the form Checkpoint::open takes: model.safetensors, or the directory itself
     // when it holds model.safetensors.index.json or model-*.safetensors shards.
     std::string weights_path;

@@ -120,95 +120,124 @@ std::vector<float> TensorView::to_f32() const {
     return out;
 }
 
-SafetensorsFile SafetensorsFile::open(const std::string& path) {
-    SafetensorsFile f;
-    f.file_ = std::make_shared<MappedFile>(MappedFile::open(path));
-    const size_t size = f.file_->size();
-    const unsigned char* base = f.file_->data();
-    auto fail = [&](const std::string& what) -> Error { return Error(path + ": " + what); };
+namespace {
 
-    if (size < 8) throw fail("file too short for a safetensors header (" + std::to_string(size) + " bytes)");
+// Header validation for SafetensorsFile::open: every problem is a clef::Error "<path>: <problem>".
+Error file_error(const std::string& path, const std::string& what) {
+    return Error(path + ": " + what);
+}
+
+Error tensor_error(const std::string& path, const std::string& name, const std::string& what) {
+    return file_error(path, "tensor '" + name + "': " + what);
+}
+
+// The header length from the first 8 bytes (little endian), checked against the limit and the file size.
+size_t read_header_length(const std::string& path, const unsigned char* base, size_t size) {
+    if (size < 8)
+        throw file_error(path,
+                         "file too short for a safetensors header (" + std::to_string(size) + " bytes)");
     uint64_t header_len = 0;
     for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | base[i];
     if (header_len > kMaxHeaderBytes)
-        throw fail("header length " + std::to_string(header_len) + " exceeds the limit of " +
-                   std::to_string(kMaxHeaderBytes) + " bytes");
+        throw file_error(path, "header length " + std::to_string(header_len) + " exceeds the limit of " +
+                                   std::to_string(kMaxHeaderBytes) + " bytes");
     if (header_len > size - 8)
-        throw fail("header length " + std::to_string(header_len) + " runs past the end of the file (" +
-                   std::to_string(size) + " bytes)");
-    const size_t data_start = 8 + static_cast<size_t>(header_len);
-    const size_t data_size = size - data_start;
+        throw file_error(path, "header length " + std::to_string(header_len) +
+                                   " runs past the end of the file (" + std::to_string(size) + " bytes)");
+    return static_cast<size_t>(header_len);
+}
 
+nlohmann::json parse_header(const std::string& path, const unsigned char* begin, const unsigned char* end) {
     nlohmann::json header;
     try {
-        header = nlohmann::json::parse(base + 8, base + data_start);
+        header = nlohmann::json::parse(begin, end);
     } catch (const nlohmann::json::exception& e) {
-        throw fail(std::string("header is not valid JSON: ") + e.what());
+        throw file_error(path, std::string("header is not valid JSON: ") + e.what());
     }
-    if (!header.is_object()) throw fail("header is not a JSON object");
+    if (!header.is_object()) throw file_error(path, "header is not a JSON object");
+    return header;
+}
 
+void read_metadata(const std::string& path, const nlohmann::json& v,
+                   std::map<std::string, std::string>& out) {
+    if (!v.is_object()) throw file_error(path, "__metadata__ is not an object");
+    for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string())
+            throw file_error(path, "__metadata__ value for '" + m.key() + "' is not a string");
+        out[m.key()] = m.value().get<std::string>();
+    }
+}
+
+// The dimensions of tensor `name` into `shape`; returns their product, with overflow checks.
+unsigned __int128 read_shape(const std::string& path, const std::string& name, const nlohmann::json& sh,
+                             std::vector<int64_t>& shape) {
+    unsigned __int128 numel = 1;
+    for (const auto& d : sh) {
+        if (!d.is_number_unsigned())
+            throw tensor_error(path, name, "shape entries must be non-negative integers");
+        uint64_t dim = d.get<uint64_t>();
+        if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+            throw tensor_error(path, name, "dimension too large");
+        shape.push_back(static_cast<int64_t>(dim));
+        numel *= dim;
+        if (numel > (static_cast<unsigned __int128>(1) << 62))
+            throw tensor_error(path, name, "shape product overflows");
+    }
+    return numel;
+}
+
+// The data section that the header's data_offsets are relative to.
+struct DataSection {
+    const std::string& path;
+    const unsigned char* begin;
+    size_t size;
+};
+
+// One header entry {dtype, shape, data_offsets} as a view into the data section.
+TensorView read_tensor(const DataSection& data, const std::string& name, const nlohmann::json& v) {
+    auto tfail = [&](const std::string& what) { return tensor_error(data.path, name, what); };
+    if (!v.is_object()) throw tfail("entry is not an object");
+    auto dt = v.find("dtype");
+    auto sh = v.find("shape");
+    auto off = v.find("data_offsets");
+    if (dt == v.end() || !dt->is_string()) throw tfail("missing or non-string dtype");
+    if (sh == v.end() || !sh->is_array()) throw tfail("missing or non-array shape");
+    if (off == v.end() || !off->is_array() || off->size() != 2)
+        throw tfail("data_offsets must be [begin, end]");
+    TensorView t;
+    t.name = name;
+    t.file = data.path;
+    if (!parse_dtype(dt->get<std::string>(), t.dtype))
+        throw tfail("unknown dtype '" + dt->get<std::string>() + "'");
+    const unsigned __int128 numel = read_shape(data.path, name, *sh, t.shape);
+    for (const auto& o : *off)
+        if (!o.is_number_unsigned()) throw tfail("data_offsets must be non-negative integers");
+    uint64_t b = (*off)[0].get<uint64_t>(), e = (*off)[1].get<uint64_t>();
+    if (b > e) throw tfail("data_offsets begin " + std::to_string(b) + " > end " + std::to_string(e));
+    if (e > data.size)
+        throw tfail("data_offsets end " + std::to_string(e) + " is past the data section (" +
+                    std::to_string(data.size) + " bytes)");
+    unsigned __int128 expect = numel * dtype_size(t.dtype);
+    if (expect != static_cast<unsigned __int128>(e - b))
+        throw tfail("byte range " + std::to_string(e - b) + " does not match shape x dtype size (" +
+                    std::to_string(static_cast<uint64_t>(expect)) + ")");
+    t.data = data.begin + b;
+    t.nbytes = static_cast<size_t>(e - b);
+    return t;
+}
+
+// Empty tensors occupy no bytes and never overlap; they are left out so that they cannot hide an overlap
+// between their neighbours. Sorted by begin, non-empty ranges are disjoint iff each adjacent pair is.
+void check_no_overlap(const std::string& path, const std::vector<TensorView>& tensors,
+                      const unsigned char* data) {
     struct Range {
         size_t begin, end;
         const std::string* name;
     };
     std::vector<Range> ranges;
-    for (auto it = header.begin(); it != header.end(); ++it) {
-        const std::string& name = it.key();
-        const auto& v = it.value();
-        if (name == "__metadata__") {
-            if (!v.is_object()) throw fail("__metadata__ is not an object");
-            for (auto m = v.begin(); m != v.end(); ++m) {
-                if (!m.value().is_string())
-                    throw fail("__metadata__ value for '" + m.key() + "' is not a string");
-                f.metadata_[m.key()] = m.value().get<std::string>();
-            }
-            continue;
-        }
-        auto tfail = [&](const std::string& what) { return fail("tensor '" + name + "': " + what); };
-        if (!v.is_object()) throw tfail("entry is not an object");
-        auto dt = v.find("dtype");
-        auto sh = v.find("shape");
-        auto off = v.find("data_offsets");
-        if (dt == v.end() || !dt->is_string()) throw tfail("missing or non-string dtype");
-        if (sh == v.end() || !sh->is_array()) throw tfail("missing or non-array shape");
-        if (off == v.end() || !off->is_array() || off->size() != 2)
-            throw tfail("data_offsets must be [begin, end]");
-        TensorView t;
-        t.name = name;
-        t.file = path;
-        if (!parse_dtype(dt->get<std::string>(), t.dtype))
-            throw tfail("unknown dtype '" + dt->get<std::string>() + "'");
-        // Shape product with overflow checks.
-        unsigned __int128 numel = 1;
-        for (const auto& d : *sh) {
-            if (!d.is_number_unsigned()) throw tfail("shape entries must be non-negative integers");
-            uint64_t dim = d.get<uint64_t>();
-            if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-                throw tfail("dimension too large");
-            t.shape.push_back(static_cast<int64_t>(dim));
-            numel *= dim;
-            if (numel > (static_cast<unsigned __int128>(1) << 62)) throw tfail("shape product overflows");
-        }
-        for (const auto& o : *off)
-            if (!o.is_number_unsigned()) throw tfail("data_offsets must be non-negative integers");
-        uint64_t b = (*off)[0].get<uint64_t>(), e = (*off)[1].get<uint64_t>();
-        if (b > e) throw tfail("data_offsets begin " + std::to_string(b) + " > end " + std::to_string(e));
-        if (e > data_size)
-            throw tfail("data_offsets end " + std::to_string(e) + " is past the data section (" +
-                        std::to_string(data_size) + " bytes)");
-        unsigned __int128 expect = numel * dtype_size(t.dtype);
-        if (expect != static_cast<unsigned __int128>(e - b))
-            throw tfail("byte range " + std::to_string(e - b) + " does not match shape x dtype size (" +
-                        std::to_string(static_cast<uint64_t>(expect)) + ")");
-        t.data = base + data_start + b;
-        t.nbytes = static_cast<size_t>(e - b);
-        f.tensors_.push_back(std::move(t));
-    }
-    // Empty tensors occupy no bytes and never overlap; they are left out so that they cannot hide an overlap
-    // between their neighbours. Sorted by begin, non-empty ranges are disjoint iff each adjacent pair is.
-    for (const auto& t : f.tensors_) {
+    for (const auto& t : tensors) {
         if (t.nbytes == 0) continue;
-        size_t b = static_cast<size_t>(t.data - (base + data_start));
+        size_t b = static_cast<size_t>(t.data - data);
         ranges.push_back({b, b + t.nbytes, &t.name});
     }
     std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
@@ -216,8 +245,28 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     });
     for (size_t i = 1; i < ranges.size(); ++i) {
         if (ranges[i].begin < ranges[i - 1].end)
-            throw fail("tensors '" + *ranges[i - 1].name + "' and '" + *ranges[i].name + "' overlap");
+            throw file_error(path,
+                             "tensors '" + *ranges[i - 1].name + "' and '" + *ranges[i].name + "' overlap");
     }
+}
+
+}  // namespace
+
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+    SafetensorsFile f;
+    f.file_ = std::make_shared<MappedFile>(MappedFile::open(path));
+    const size_t size = f.file_->size();
+    const unsigned char* base = f.file_->data();
+    const size_t data_start = 8 + read_header_length(path, base, size);
+    const DataSection data{path, base + data_start, size - data_start};
+    const nlohmann::json header = parse_header(path, base + 8, base + data_start);
+    for (auto it = header.begin(); it != header.end(); ++it) {
+        if (it.key() == "__metadata__")
+            read_metadata(path, it.value(), f.metadata_);
+        else
+            f.tensors_.push_back(read_tensor(data, it.key(), it.value()));
+    }
+    check_no_overlap(path, f.tensors_, data.begin);
     std::sort(f.tensors_.begin(), f.tensors_.end(),
               [](const TensorView& a, const TensorView& b) { return a.name < b.name; });
     return f;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "model/tensors.h"
 #include "ops/attention_fast.h"
 #include "ops/basic.h"
 #include "ops/conv.h"
@@ -15,16 +16,11 @@
 #include "util/error.h"
 #include "util/half.h"
 #include "util/mmap.h"
+#include "util/text.h"
 
 namespace clef {
 
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-    std::string out = "[";
-    for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-    return out + "]";
-}
 
 int count_layers(const TextConfig& c, LayerType t) {
     return static_cast<int>(std::count(c.layer_types.begin(), c.layer_types.end(), t));
@@ -66,11 +62,6 @@ void check_config(const TextConfig& c) {
     }
 }
 
-// x[i] += y[i]
-void add_inplace(float* x, const float* y, size_t n) {
-    for (size_t i = 0; i < n; ++i) x[i] += y[i];
-}
-
 ops::RopeParams rope_params(const TextConfig& c) {
     ops::RopeParams p;
     p.rotary_dim = c.rotary_dim;
@@ -96,91 +87,6 @@ struct Timer {
 };
 
 }  // namespace
-
-// One projection matrix [rows][cols] (PyTorch [out][in]). The fast path runs an ops::PackedLinear on the
-// mapped weight: BF16 used in place (no copy) on the oneDNN backend, packed once at load otherwise (never an
-// fp32 copy of a BF16 / F16 matrix); the reference path reads BF16 straight from the mapped file (converted
-// on the fly by ops::linear_bf16) and keeps fp32 copies of other dtypes (small models). A quantised matrix is
-// packed from rows dequantised to bf16 block by block; its reference path dequantises blocks of rows to fp32
-// for ops::linear.
-class Backbone::Linear {
-public:
-    Linear(const QuantMatrix& q, ops::Residency residency)
-        : rows_(q.rows), cols_(q.cols), quant_(std::make_unique<QuantMatrix>(q)) {
-        const QuantMatrix& m = *quant_;  // on the heap: the streamed layer's provider keeps pointing at it
-        ops::num_threads();  // applies the global thread setting to this thread
-        packed_ = ops::PackedLinear(
-            [&m](int64_t r0, int64_t n, uint16_t* out) {
-#pragma omp parallel for schedule(static)
-                for (int64_t i = 0; i < n; ++i) m.row_bf16(r0 + i, out + i * m.cols);
-            },
-            rows_, cols_, ops::GemmBackend::Auto, residency);
-        // Packed: the mapped blocks need not stay resident (re-faulted if read again).
-        if (!packed_.streamed()) m.drop_pages();
-    }
-    explicit Linear(const TensorView& t) : rows_(t.shape[0]), cols_(t.shape[1]) {
-        const bool aligned = reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0;
-        if (t.dtype == DType::BF16 && reinterpret_cast<uintptr_t>(t.data) % alignof(uint16_t) == 0) {
-            bf16_ = reinterpret_cast<const uint16_t*>(t.data);
-            // Used in place from the mapped checkpoint (no copy) where the backend allows.
-            packed_ = ops::PackedLinear({t.data, ops::WeightType::BF16}, rows_, cols_, ops::GemmBackend::Auto,
-                                        ops::Residency::InPlace);
-            // Packed into the own kernels' panels instead: the mapped copy need not stay resident.
-            if (packed_.packed_bytes() > 0) drop_mapped_pages(t.data, static_cast<size_t>(rows_ * cols_) * 2);
-        } else {
-            f32_ = t.to_f32();
-            if (t.dtype == DType::F16 && aligned)
-                packed_ = ops::PackedLinear({t.data, ops::WeightType::F16}, rows_, cols_);
-            else
-                packed_ = ops::PackedLinear({f32_.data(), ops::WeightType::F32}, rows_, cols_);
-        }
-    }
-    size_t packed_bytes() const {
-        return packed_.packed_bytes();
-    }
-    bool streamed() const {
-        return packed_.streamed();
-    }
-    int64_t rows() const {
-        return rows_;
-    }
-    int64_t cols() const {
-        return cols_;
-    }
-
-    // y[m][rows] = x[m][cols] · Wᵀ
-    void forward(const float* x, int64_t m, float* y, const BackboneOptions& opt) const {
-        if (m == 0) return;
-        if (!opt.reference)
-            packed_.forward(x, m, y, opt.precision);
-        else if (quant_)
-            reference_quant(x, m, y);
-        else if (bf16_)
-            ops::linear_bf16(x, m, cols_, bf16_, rows_, nullptr, y);
-        else
-            ops::linear(x, m, cols_, f32_.data(), rows_, nullptr, y);
-    }
-
-private:
-    // y = x · Wᵀ through the oracle ops::linear, on blocks of rows dequantised to fp32.
-    void reference_quant(const float* x, int64_t m, float* y) const {
-        constexpr int64_t kBlock = 64;
-        std::vector<float> w(static_cast<size_t>(kBlock * cols_)), yb(static_cast<size_t>(m * kBlock));
-        for (int64_t r0 = 0; r0 < rows_; r0 += kBlock) {
-            const int64_t nb = std::min(kBlock, rows_ - r0);
-            for (int64_t i = 0; i < nb; ++i) quant_->row_f32(r0 + i, w.data() + i * cols_);
-            ops::linear(x, m, cols_, w.data(), nb, nullptr, yb.data());
-            for (int64_t t = 0; t < m; ++t)
-                std::memcpy(y + t * rows_ + r0, yb.data() + t * nb, static_cast<size_t>(nb) * sizeof(float));
-        }
-    }
-
-    int64_t rows_, cols_;
-    std::unique_ptr<QuantMatrix> quant_;
-    const uint16_t* bf16_ = nullptr;
-    std::vector<float> f32_;
-    ops::PackedLinear packed_;
-};
 
 struct Backbone::Ctx {
     const BackboneOptions& opt;
@@ -213,107 +119,141 @@ int64_t Backbone::chunk_length(const BackboneOptions& opt, int64_t T) const {
     return c > 0 ? c : std::max<int64_t>(T, 1);
 }
 
-Backbone::Backbone(const TextConfig& cfg, const Checkpoint& ckpt, const QuantTensors* quant,
-                   ops::Residency quant_residency)
+Backbone::Backbone(const TextConfig& cfg, const WeightSource& src, ops::Residency quant_residency)
     : cfg_(cfg) {
     check_config(cfg_);
-    auto has = [&](const std::string& name) { return ckpt.find(name) || (quant && quant->count(name)); };
-    if (has("model.language_model.embed_tokens.weight"))
-        prefix_ = "model.language_model.";
-    else if (has("model.embed_tokens.weight"))
-        prefix_ = "model.";
-    else
-        throw Error(ckpt.description() +
-                    ": no text backbone (neither model.language_model.embed_tokens.weight nor "
-                    "model.embed_tokens.weight)");
-
-    auto get = [&](const std::string& name, const std::vector<int64_t>& shape) -> const TensorView& {
-        const TensorView& t = ckpt.get(prefix_ + name);
-        if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16 && t.dtype != DType::F64)
-            throw Error(ckpt.description() + ": tensor " + t.name + ": dtype " +
-                        std::string(dtype_name(t.dtype)) + " is not a float type");
-        if (t.shape != shape)
-            throw Error(ckpt.description() + ": tensor " + t.name + ": shape " + shape_str(t.shape) +
-                        " does not match the config (expected " + shape_str(shape) + ")");
-        return t;
-    };
-    auto load = [&](const std::string& name, const std::vector<int64_t>& shape) {
-        return get(name, shape).to_f32();
-    };
-    // The quantised matrix of that name, shape-checked; nullptr when the checkpoint holds it.
-    auto find_quant = [&](const std::string& name, const std::vector<int64_t>& shape) -> const QuantMatrix* {
-        if (!quant) return nullptr;
-        auto it = quant->find(prefix_ + name);
-        if (it == quant->end()) return nullptr;
-        const QuantMatrix& q = it->second;
-        if (shape != std::vector<int64_t>{q.rows, q.cols})
-            throw Error("tensor " + it->first + ": shape " + shape_str({q.rows, q.cols}) +
-                        " does not match the config (expected " + shape_str(shape) + ")");
-        q.validate(it->first);
-        return &q;
-    };
-    auto linear = [&](const std::string& name, const std::vector<int64_t>& shape) {
-        if (const QuantMatrix* q = find_quant(name, shape)) {
-            const bool block_quantised =
-                q->type != GgmlType::F32 && q->type != GgmlType::F16 && q->type != GgmlType::BF16;
-            linears_.push_back(
-                std::make_unique<Linear>(*q, block_quantised ? quant_residency : ops::Residency::Packed));
-        } else {
-            linears_.push_back(std::make_unique<Linear>(get(name, shape)));
-        }
-        return linears_.back().get();
-    };
-
-    const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
-    if (const QuantMatrix* q = find_quant("embed_tokens.weight", {cfg_.vocab_size, H})) {
-        embed_quant_ = std::make_unique<QuantMatrix>(*q);
-    } else {
-        const TensorView& emb = get("embed_tokens.weight", {cfg_.vocab_size, H});
-        embed_data_ = emb.data;
-        embed_dtype_ = emb.dtype;
-    }
-    final_norm_ = load("norm.weight", {H});
+    prefix_ = text_prefix_in([&](const std::string& name) { return src.has(name); });
+    if (prefix_.empty())
+        throw Error(src.description() + ": no text backbone (no embedding table under " + kTextPrefix +
+                    " or model.)");
     layers_.resize(cfg_.num_layers);
-    for (int l = 0; l < cfg_.num_layers; ++l) {
-        Layer& L = layers_[l];
-        const std::string p = "layers." + std::to_string(l) + ".";
-        L.type = cfg_.layer_types[l];
-        L.input_layernorm = load(p + "input_layernorm.weight", {H});
-        L.post_attention_layernorm = load(p + "post_attention_layernorm.weight", {H});
-        L.gate_proj = linear(p + "mlp.gate_proj.weight", {I, H});
-        L.up_proj = linear(p + "mlp.up_proj.weight", {I, H});
-        L.down_proj = linear(p + "mlp.down_proj.weight", {H, I});
-        if (L.type == LayerType::LinearAttention) {
-            const int64_t Hv = cfg_.linear_num_value_heads;
-            const int64_t key_dim = int64_t{cfg_.linear_num_key_heads} * cfg_.linear_key_head_dim;
-            const int64_t value_dim = Hv * cfg_.linear_value_head_dim;
-            const int64_t conv_dim = 2 * key_dim + value_dim;
-            GdnWeights& w = L.gdn;
-            const std::string q = p + "linear_attn.";
-            w.in_proj_qkv = linear(q + "in_proj_qkv.weight", {conv_dim, H});
-            w.in_proj_z = linear(q + "in_proj_z.weight", {value_dim, H});
-            w.in_proj_a = linear(q + "in_proj_a.weight", {Hv, H});
-            w.in_proj_b = linear(q + "in_proj_b.weight", {Hv, H});
-            w.out_proj = linear(q + "out_proj.weight", {H, value_dim});
-            w.conv1d = load(q + "conv1d.weight", {conv_dim, 1, cfg_.linear_conv_kernel});
-            w.A_log = load(q + "A_log", {Hv});
-            w.dt_bias = load(q + "dt_bias", {Hv});
-            w.norm = load(q + "norm.weight", {cfg_.linear_value_head_dim});
-            w.neg_exp_A.resize(Hv);
-            for (int64_t h = 0; h < Hv; ++h) w.neg_exp_A[h] = -std::exp(w.A_log[h]);
+    for (int l = 0; l < cfg_.num_layers; ++l) layers_[l].type = cfg_.layer_types[l];
+    for_each_text_tensor(cfg_, false, [&](const TensorSpec& s) { load_tensor(s, src, quant_residency); });
+    for (Layer& L : layers_)
+        for (float a : L.gdn.log_decay_rate) L.gdn.neg_exp_A.push_back(-std::exp(a));
+}
+
+// One tensor of the table into its place: a projection as a Linear (a QuantMatrix the source holds, or the
+// checkpoint's own dtype), the embedding table where it lies, every other tensor as fp32.
+void Backbone::load_tensor(const TensorSpec& s, const WeightSource& src, ops::Residency quant_residency) {
+    const std::string name = text_name(s, prefix_);
+    auto mismatch = [&](const std::vector<int64_t>& got) {
+        return Error(src.description() + ": tensor " + name + ": shape " + shape_str(got) +
+                     " does not match the config (expected " + shape_str(s.shape) + ")");
+    };
+    const QuantMatrix* q = src.find_matrix(name);
+    if (q) {
+        if (s.shape != std::vector<int64_t>{q->rows, q->cols}) throw mismatch({q->rows, q->cols});
+        q->validate(name);
+    }
+    const TensorView* t = q ? nullptr : &src.get(name);
+    if (t) {
+        if (t->dtype != DType::F32 && t->dtype != DType::BF16 && t->dtype != DType::F16 &&
+            t->dtype != DType::F64)
+            throw Error(src.description() + ": tensor " + name + ": dtype " +
+                        std::string(dtype_name(t->dtype)) + " is not a float type");
+        if (t->shape != s.shape) throw mismatch(t->shape);
+    }
+    if (s.text == TextWeight::Embed) {
+        if (q) {
+            embed_quant_ = std::make_unique<QuantMatrix>(*q);
         } else {
-            const int64_t hd = cfg_.head_dim;
-            const int64_t qrows = int64_t{cfg_.num_heads} * hd * (cfg_.attn_output_gate ? 2 : 1);
-            const int64_t kvrows = int64_t{cfg_.num_kv_heads} * hd;
-            AttentionWeights& w = L.attn;
-            const std::string q = p + "self_attn.";
-            w.q_proj = linear(q + "q_proj.weight", {qrows, H});
-            w.k_proj = linear(q + "k_proj.weight", {kvrows, H});
-            w.v_proj = linear(q + "v_proj.weight", {kvrows, H});
-            w.o_proj = linear(q + "o_proj.weight", {H, int64_t{cfg_.num_heads} * hd});
-            w.q_norm = load(q + "q_norm.weight", {hd});
-            w.k_norm = load(q + "k_norm.weight", {hd});
+            embed_data_ = t->data;
+            embed_dtype_ = t->dtype;
         }
+        return;
+    }
+    if (s.matrix) {
+        const bool block_quantised =
+            q && q->type != GgmlType::F32 && q->type != GgmlType::F16 && q->type != GgmlType::BF16;
+        linears_.push_back(
+            q ? std::make_unique<Linear>(*q, LinearPath::Both,
+                                         block_quantised ? quant_residency : ops::Residency::Packed)
+              : std::make_unique<Linear>(*t, LinearPath::Both));
+        place_linear(s, linears_.back().get());
+        return;
+    }
+    if (q) throw Error(src.description() + ": tensor " + name + " is held as a quantised matrix");
+    place_vector(s, t->to_f32());
+}
+
+void Backbone::place_linear(const TensorSpec& s, const Linear* m) {
+    Layer& L = layers_[s.layer];
+    switch (s.text) {
+        case TextWeight::MlpGate:
+            L.gate = m;
+            return;
+        case TextWeight::MlpUp:
+            L.up = m;
+            return;
+        case TextWeight::MlpDown:
+            L.down = m;
+            return;
+        case TextWeight::GdnQkv:
+            L.gdn.qkv = m;
+            return;
+        case TextWeight::GdnZ:
+            L.gdn.z = m;
+            return;
+        case TextWeight::GdnA:
+            L.gdn.a = m;
+            return;
+        case TextWeight::GdnB:
+            L.gdn.b = m;
+            return;
+        case TextWeight::GdnOut:
+            L.gdn.out = m;
+            return;
+        case TextWeight::AttnQ:
+            L.attn.q = m;
+            return;
+        case TextWeight::AttnK:
+            L.attn.k = m;
+            return;
+        case TextWeight::AttnV:
+            L.attn.v = m;
+            return;
+        case TextWeight::AttnO:
+            L.attn.o = m;
+            return;
+        default:
+            throw Error("backbone: tensor " + s.hf + " is not a projection");
+    }
+}
+
+void Backbone::place_vector(const TensorSpec& s, std::vector<float> v) {
+    if (s.text == TextWeight::FinalNorm) {
+        final_norm_ = std::move(v);
+        return;
+    }
+    Layer& L = layers_[s.layer];
+    switch (s.text) {
+        case TextWeight::InputNorm:
+            L.input_norm = std::move(v);
+            return;
+        case TextWeight::PostNorm:
+            L.post_norm = std::move(v);
+            return;
+        case TextWeight::GdnConv:
+            L.gdn.conv = std::move(v);
+            return;
+        case TextWeight::GdnDtBias:
+            L.gdn.dt_bias = std::move(v);
+            return;
+        case TextWeight::GdnALog:
+            L.gdn.log_decay_rate = std::move(v);
+            return;
+        case TextWeight::GdnNorm:
+            L.gdn.norm = std::move(v);
+            return;
+        case TextWeight::AttnQNorm:
+            L.attn.q_norm = std::move(v);
+            return;
+        case TextWeight::AttnKNorm:
+            L.attn.k_norm = std::move(v);
+            return;
+        default:
+            throw Error("backbone: tensor " + s.hf + " has no place");
     }
 }
 
@@ -369,13 +309,45 @@ std::vector<float> Backbone::forward_embeddings(const std::vector<float>& x, int
                     " values, expected T*hidden = " + std::to_string(T) + "*" + std::to_string(H));
     std::vector<float> out(static_cast<size_t>(T * H));
     BackboneState st = start();
-    const int64_t chunk = trace ? std::max<int64_t>(T, 1) : chunk_length(opt, T);
-    for (int64_t t0 = 0; t0 < T; t0 += chunk) {
-        const int64_t n = std::min(chunk, T - t0);
-        forward_chunk(st, x.data() + t0 * H, n, positions ? positions + t0 : nullptr, T, opt,
-                      out.data() + t0 * H, trace);
-    }
+    PrefillInput in;
+    in.T = T;
+    in.embeddings = x.data();
+    in.positions = positions;
+    prefill(
+        st, in, opt,
+        [&](const float* rows, int64_t n, int64_t t0) { std::copy_n(rows, n * H, out.data() + t0 * H); },
+        nullptr, trace);
     return out;
+}
+
+void Backbone::prefill(BackboneState& st, const PrefillInput& in, const BackboneOptions& opt,
+                       const RowSink& sink, BackboneProfile* profile, BackboneTrace* trace) const {
+    Prefill p(*this, st, in, opt, profile, trace);
+    while (!p.done()) p.step(sink);
+}
+
+Backbone::Prefill::Prefill(const Backbone& b, BackboneState& state, PrefillInput in,
+                           const BackboneOptions& opt, BackboneProfile* profile, BackboneTrace* trace)
+    : b_(b), state_(state), in_(std::move(in)), opt_(opt), profile_(profile), trace_(trace) {
+    if (state_.position < 0 || state_.position > in_.T) throw Error("prefill: the state is past the prompt");
+    chunk_ = trace_ ? std::max<int64_t>(in_.T, 1) : b_.chunk_length(opt_, in_.T);
+    buf_.resize(static_cast<size_t>(std::min(chunk_, in_.T) * b_.cfg_.hidden_size));
+}
+
+void Backbone::Prefill::step(const RowSink& sink) {
+    const int64_t H = b_.cfg_.hidden_size, t0 = state_.position;
+    if (t0 >= in_.T) return;
+    while (next_stop_ < in_.stops.size() && in_.stops[next_stop_] <= t0) ++next_stop_;
+    const int64_t end =
+        std::min({t0 + chunk_, in_.T, next_stop_ < in_.stops.size() ? in_.stops[next_stop_] : in_.T});
+    const int64_t n = end - t0;
+    if (in_.embeddings)
+        std::copy_n(in_.embeddings + t0 * H, n * H, buf_.data());
+    else
+        b_.embed_into(in_.ids + t0, n, buf_.data());
+    b_.forward_chunk(state_, buf_.data(), n, in_.positions ? in_.positions + t0 : nullptr, in_.T, opt_,
+                     buf_.data(), trace_, profile_);
+    sink(buf_.data(), n, t0);
 }
 
 void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const int32_t* positions,
@@ -411,7 +383,7 @@ void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const
                          trace->internals_for_layers.end();
         {
             Timer tm(c.slot(&BackboneProfile::norms));
-            c.rms_norm_zc(h.data(), T, H, L.input_layernorm.data(), xn.data());
+            c.rms_norm_zc(h.data(), T, H, L.input_norm.data(), xn.data());
         }
         if (trace) trace->layers[l].input_norm = xn;
         if (L.type == LayerType::LinearAttention)
@@ -423,13 +395,13 @@ void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const
         if (trace) trace->layers[l].mixer_out = mix;
         {
             Timer tm(c.slot(&BackboneProfile::norms));
-            add_inplace(h.data(), mix.data(), n);
-            c.rms_norm_zc(h.data(), T, H, L.post_attention_layernorm.data(), xn.data());
+            ops::add_inplace(h.data(), mix.data(), n);
+            c.rms_norm_zc(h.data(), T, H, L.post_norm.data(), xn.data());
         }
         mlp(L, xn.data(), T, c, mix.data());
         {
             Timer tm(c.slot(&BackboneProfile::norms));
-            add_inplace(h.data(), mix.data(), n);
+            ops::add_inplace(h.data(), mix.data(), n);
         }
         if (trace) trace->layers[l].layer_out = h;
     }
@@ -450,15 +422,15 @@ void Backbone::gdn_mixer(const Layer& L, BackboneState::Layer& S, const float* x
     std::vector<float> qkv(T * conv_dim), conv(T * conv_dim), z(T * value_dim), b(T * Hv), a(T * Hv);
     {
         Timer tm(c.slot(&BackboneProfile::gdn_proj));
-        w.in_proj_qkv->forward(xn, T, qkv.data(), c.opt);
-        w.in_proj_z->forward(xn, T, z.data(), c.opt);
-        w.in_proj_b->forward(xn, T, b.data(), c.opt);
-        w.in_proj_a->forward(xn, T, a.data(), c.opt);
+        w.qkv->forward(xn, T, qkv.data(), c.opt.reference, c.opt.precision);
+        w.z->forward(xn, T, z.data(), c.opt.reference, c.opt.precision);
+        w.b->forward(xn, T, b.data(), c.opt.reference, c.opt.precision);
+        w.a->forward(xn, T, a.data(), c.opt.reference, c.opt.precision);
     }
     std::vector<float> q(T * key_dim), k(T * key_dim);
     {
         Timer tm(c.slot(&BackboneProfile::gdn_conv_gates));
-        ops::causal_conv1d_silu(qkv.data(), T, conv_dim, conv_dim, w.conv1d.data(), cfg_.linear_conv_kernel,
+        ops::causal_conv1d_silu(qkv.data(), T, conv_dim, conv_dim, w.conv.data(), cfg_.linear_conv_kernel,
                                 S.conv.data(), S.conv.data(), conv.data(), conv_dim);
         qkv = {};
         // q, k: L2-normalised per head (q also scaled by 1/sqrt(dk)); v stays in the conv output.
@@ -518,7 +490,7 @@ void Backbone::gdn_mixer(const Layer& L, BackboneState::Layer& S, const float* x
     }
     {
         Timer tm(c.slot(&BackboneProfile::gdn_proj));
-        w.out_proj->forward(y.data(), T, out, c.opt);
+        w.out->forward(y.data(), T, out, c.opt.reference, c.opt.precision);
     }
 
     if (tr) {
@@ -547,9 +519,9 @@ void Backbone::attention_mixer(const Layer& L, BackboneState::Layer& S, const fl
     std::vector<float> qg(T * qrows), k(T * kvdim), v(T * kvdim);
     {
         Timer tm(c.slot(&BackboneProfile::attn_proj));
-        w.q_proj->forward(xn, T, qg.data(), c.opt);
-        w.k_proj->forward(xn, T, k.data(), c.opt);
-        w.v_proj->forward(xn, T, v.data(), c.opt);
+        w.q->forward(xn, T, qg.data(), c.opt.reference, c.opt.precision);
+        w.k->forward(xn, T, k.data(), c.opt.reference, c.opt.precision);
+        w.v->forward(xn, T, v.data(), c.opt.reference, c.opt.precision);
     }
 
     // q_proj rows are per head [query hd | gate hd] when gated.
@@ -596,7 +568,7 @@ void Backbone::attention_mixer(const Layer& L, BackboneState::Layer& S, const fl
     }
     {
         Timer tm(c.slot(&BackboneProfile::attn_proj));
-        w.o_proj->forward(attn.data(), T, out, c.opt);
+        w.o->forward(attn.data(), T, out, c.opt.reference, c.opt.precision);
     }
 
     if (tr) {
@@ -612,15 +584,15 @@ void Backbone::mlp(const Layer& L, const float* xn, int64_t T, Ctx& c, float* ou
     std::vector<float> gate(T * I), up(T * I);
     {
         Timer tm(c.slot(&BackboneProfile::mlp_proj));
-        L.gate_proj->forward(xn, T, gate.data(), c.opt);
-        L.up_proj->forward(xn, T, up.data(), c.opt);
+        L.gate->forward(xn, T, gate.data(), c.opt.reference, c.opt.precision);
+        L.up->forward(xn, T, up.data(), c.opt.reference, c.opt.precision);
     }
     {
         Timer tm(c.slot(&BackboneProfile::mlp_act));
         (c.opt.reference ? ops::silu_mul : ops::silu_mul_fast)(gate.data(), up.data(), T * I, gate.data());
     }
     Timer tm(c.slot(&BackboneProfile::mlp_proj));
-    L.down_proj->forward(gate.data(), T, out, c.opt);
+    L.down->forward(gate.data(), T, out, c.opt.reference, c.opt.precision);
 }
 
 bool parse_precision(const std::string& s, ops::Precision& out) {
@@ -634,22 +606,18 @@ bool parse_precision(const std::string& s, ops::Precision& out) {
 }
 
 double backbone_flops(const TextConfig& c, int64_t T) {
-    const double t = static_cast<double>(T), H = c.hidden_size, I = c.intermediate_size;
-    double per_token = 0, quadratic = 0;
+    const double t = static_cast<double>(T);
+    double per_token = 0;  // every projection of the table: 2 * rows * cols per token
+    for_each_text_tensor(c, false, [&](const TensorSpec& s) {
+        if (s.matrix) per_token += 2.0 * static_cast<double>(s.numel());
+    });
+    double quadratic = 0;
+    const double qdim = double{1} * c.num_heads * c.head_dim;
     for (LayerType type : c.layer_types) {
-        per_token += 2 * 3 * H * I;  // gate, up, down
-        if (type == LayerType::LinearAttention) {
-            const double Hk = c.linear_num_key_heads, Hv = c.linear_num_value_heads;
-            const double dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
-            const double key_dim = Hk * dk, value_dim = Hv * dv;
-            per_token += 2 * H * (2 * key_dim + value_dim) + 2 * H * value_dim + 2 * 2 * H * Hv;  // in_proj
-            per_token += 2 * value_dim * H;                                                       // out_proj
-            per_token += 7 * Hv * dk * dv;  // delta rule
-        } else {
-            const double hd = c.head_dim, qdim = c.num_heads * hd, kvdim = c.num_kv_heads * hd;
-            per_token += 2 * H * (qdim * (c.attn_output_gate ? 2 : 1) + 2 * kvdim) + 2 * qdim * H;
+        if (type == LayerType::LinearAttention)  // the delta rule
+            per_token += 7.0 * c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim;
+        else  // causal attention: scores and values over T(T+1)/2 query-key pairs
             quadratic += 4 * qdim * (t * (t + 1) / 2);
-        }
     }
     return per_token * t + quadratic;
 }

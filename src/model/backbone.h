@@ -1,15 +1,18 @@
-// The Qwen3.5 text backbone in plain fp32: embeddings, Gated DeltaNet and gated full-attention layers, SwiGLU
-// MLPs, final zero-centred RMSNorm. The reference (oracle) for later fast paths; conventions follow HF
-// (qwen35-backbone.md §2-§4, tests/data/tiny-clef/README.md "Model").
+// The Qwen3.5 text backbone: embeddings, Gated DeltaNet and gated full-attention layers, SwiGLU MLPs, final
+// zero-centred RMSNorm, on two paths over the same steps: the fast path (packed projections, vectorised
+// kernels; the default) and the scalar reference path (the oracle it is tested against). Conventions follow
+// Hugging Face (docs/ARCHITECTURE.md "The model", tests/data/tiny-clef/README.md "Model").
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
+#include "io/weight_source.h"
 #include "model/config.h"
+#include "model/linear.h"
 #include "ops/gemm.h"
 #include "quant/quant.h"
 
@@ -97,21 +100,21 @@ struct BackboneTrace {
     std::vector<Layer> layers;
 };
 
+struct TensorSpec;  // model/tensors.h
+
 class Backbone {
 public:
-    // Reads the text weights from the checkpoint (prefix "model.language_model." or "model." auto-detected)
-    // and validates the config and every tensor's shape against it (clef::Error naming the tensor). The big
-    // matrices are not copied to fp32: the reference path reads them from the mapped file (BF16 converted on
-    // the fly), the fast path packs them once at load. Small vectors (norms, conv taps, decays) become fp32.
-    // The checkpoint's files must outlive the Backbone.
-    // quant: matrices held outside the checkpoint (a GGUF model's quantised projections and embedding table),
-    // by full tensor name; they take precedence over the checkpoint. A projection is packed from rows
-    // dequantised straight to bf16 (bf16 size in memory, no fp32 copy of the matrix); embedding rows are
-    // dequantised per token. The matrices' owners keep their storage alive. quant_residency applies to the
-    // block-quantised projections (Q8_0, Q4_K, ...): Streamed (the default) keeps them in the mapped file and
-    // dequantises each one per prefill chunk (memory ~ the GGUF file), Packed unpacks them to bf16 once at
-    // load (faster, bf16-size memory).
-    Backbone(const TextConfig& cfg, const Checkpoint& ckpt, const QuantTensors* quant = nullptr,
+    // Reads the text weights (model/tensors.h's table: prefix "model.language_model." or "model." detected)
+    // from the weight source and validates the config and every tensor's shape against it (clef::Error naming
+    // the tensor). The big matrices are not copied to fp32: the reference path reads them from the mapped
+    // file (BF16 converted on the fly), the fast path packs them once at load. Small vectors (norms, conv
+    // taps, decays) become fp32. The source's files must outlive the Backbone. Matrices the source serves as
+    // QuantMatrix (a GGUF model's quantised projections and embedding table): a projection is packed from
+    // rows dequantised straight to bf16 (bf16 size in memory, no fp32 copy of the matrix); embedding rows are
+    // dequantised per token. quant_residency applies to the block-quantised projections (Q8_0, Q4_K, ...):
+    // Streamed (the default) keeps them in the mapped file and dequantises each one per prefill chunk (memory
+    // ~ the GGUF file), Packed unpacks them to bf16 once at load (faster, bf16-size memory).
+    Backbone(const TextConfig& cfg, const WeightSource& weights,
              ops::Residency quant_residency = ops::Residency::Streamed);
     ~Backbone();
     Backbone(const Backbone&) = delete;
@@ -139,6 +142,44 @@ public:
     std::vector<float> forward_embeddings(const std::vector<float>& x, int64_t T, const int32_t* positions,
                                           const BackboneOptions& opt = {},
                                           BackboneTrace* trace = nullptr) const;
+    // A whole prompt of T tokens through the layers, from state.position on (0 for a fresh start(); a
+    // restored state resumes a prompt prefix), chunk_length(opt, T) tokens at a time (one chunk when a trace
+    // is asked) and never across a position in `stops` (ascending; where a caller snapshots the state). Each
+    // chunk's inputs are the embedding rows of ids, or the rows of `embeddings` [T][hidden] when given (e.g.
+    // with image features in place of pads); positions as in forward_chunk (stride T). Each chunk's
+    // last_hidden_state rows go to sink(rows, n, first_token), after which `state` is at first_token + n; the
+    // rows are not kept, so activation memory is O(chunk). Prefill below runs it chunk by chunk, for callers
+    // that interleave prompts.
+    using RowSink = std::function<void(const float* rows, int64_t n, int64_t first)>;
+    struct PrefillInput {
+        int64_t T = 0;
+        const int32_t* ids = nullptr;
+        const float* embeddings = nullptr;
+        const int32_t* positions = nullptr;
+        std::vector<int64_t> stops;
+    };
+    void prefill(BackboneState& state, const PrefillInput& in, const BackboneOptions& opt,
+                 const RowSink& sink, BackboneProfile* profile = nullptr,
+                 BackboneTrace* trace = nullptr) const;
+    // The same, one chunk per step(); the backbone, state, inputs and options must outlive it.
+    class Prefill {
+    public:
+        Prefill(const Backbone& b, BackboneState& state, PrefillInput in, const BackboneOptions& opt,
+                BackboneProfile* profile = nullptr, BackboneTrace* trace = nullptr);
+        bool done() const { return state_.position >= in_.T; }
+        void step(const RowSink& sink);
+
+    private:
+        const Backbone& b_;
+        BackboneState& state_;
+        PrefillInput in_;
+        const BackboneOptions& opt_;
+        BackboneProfile* profile_;
+        BackboneTrace* trace_;
+        int64_t chunk_ = 0;
+        size_t next_stop_ = 0;
+        std::vector<float> buf_;
+    };
     // embed + forward_embeddings with text positions.
     std::vector<float> forward(const std::vector<int32_t>& ids, const BackboneOptions& opt = {}) const;
 
@@ -151,27 +192,28 @@ public:
                        int64_t positions_stride, const BackboneOptions& opt, float* out,
                        BackboneTrace* trace = nullptr, BackboneProfile* profile = nullptr) const;
 
-    class Linear;  // one projection matrix (defined in backbone.cpp)
-
 private:
+    // The weights by role (model/tensors.h names them).
     struct GdnWeights {
-        const Linear *in_proj_qkv = nullptr, *in_proj_z = nullptr, *in_proj_a = nullptr, *in_proj_b = nullptr,
-                     *out_proj = nullptr;
-        std::vector<float> conv1d;  // [conv_dim][K]
-        std::vector<float> A_log, dt_bias, norm;
-        std::vector<float> neg_exp_A;  // -exp(A_log), precomputed
+        const Linear *qkv = nullptr, *z = nullptr, *a = nullptr, *b = nullptr, *out = nullptr;
+        std::vector<float> conv;  // [conv_dim][K]
+        std::vector<float> log_decay_rate, dt_bias, norm;
+        std::vector<float> neg_exp_A;  // -exp(log_decay_rate), precomputed
     };
     struct AttentionWeights {
-        const Linear *q_proj = nullptr, *k_proj = nullptr, *v_proj = nullptr, *o_proj = nullptr;
+        const Linear *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
         std::vector<float> q_norm, k_norm;
     };
     struct Layer {
         LayerType type = LayerType::LinearAttention;
-        std::vector<float> input_layernorm, post_attention_layernorm;
-        const Linear *gate_proj = nullptr, *up_proj = nullptr, *down_proj = nullptr;
+        std::vector<float> input_norm, post_norm;
+        const Linear *gate = nullptr, *up = nullptr, *down = nullptr;
         GdnWeights gdn;
         AttentionWeights attn;
     };
+    void load_tensor(const TensorSpec& s, const WeightSource& src, ops::Residency quant_residency);
+    void place_linear(const TensorSpec& s, const Linear* m);
+    void place_vector(const TensorSpec& s, std::vector<float> v);
     struct Ctx;  // per-chunk scratch and options (backbone.cpp)
 
     void gdn_mixer(const Layer& L, BackboneState::Layer& S, const float* xn, int64_t T, Ctx& c, float* out,

@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -155,11 +157,8 @@ void parse_layer_types(const Fields& f, TextConfig& t) {
         }
         return;
     }
-    // Qwen3.5 rule: every interval-th layer is full attention, the others linear.
-    const int interval = f.positive_or("full_attention_interval", 4);
-    for (int i = 0; i < t.num_layers; ++i)
-        t.layer_types.push_back((i + 1) % interval == 0 ? LayerType::FullAttention
-                                                        : LayerType::LinearAttention);
+    t.layer_types = layer_types_for(t.num_layers,
+                                    f.positive_or("full_attention_interval", kDefaultFullAttentionInterval));
 }
 
 // Rope settings: text_config.rope_parameters (current transformers) or the older rope_theta /
@@ -322,6 +321,23 @@ int token_id_or(const Fields& f, std::string_view key, int vocab_size) {
 
 const char* layer_type_name(LayerType t) {
     return t == LayerType::FullAttention ? "full_attention" : "linear_attention";
+}
+
+LayerType layer_type_at(int layer, int interval) {
+    return interval > 0 && (layer + 1) % interval == 0 ? LayerType::FullAttention
+                                                       : LayerType::LinearAttention;
+}
+
+std::vector<LayerType> layer_types_for(int num_layers, int interval) {
+    std::vector<LayerType> types;
+    for (int i = 0; i < num_layers; ++i) types.push_back(layer_type_at(i, interval));
+    return types;
+}
+
+int full_attention_interval_of(const std::vector<LayerType>& types) {
+    const auto first = std::find(types.begin(), types.end(), LayerType::FullAttention);
+    const int interval = first == types.end() ? 0 : static_cast<int>(first - types.begin()) + 1;
+    return layer_types_for(static_cast<int>(types.size()), interval) == types ? interval : 0;
 }
 
 int TextConfig::num_layers_of(LayerType t) const {

@@ -15,6 +15,14 @@ enum class LayerType { LinearAttention, FullAttention };
 // "linear_attention" / "full_attention", the spelling of config.json's layer_types.
 const char* layer_type_name(LayerType t);
 
+// Qwen3.5's layer pattern: layer i (from 0) is full attention when (i + 1) is a multiple of the
+// full-attention interval, linear attention otherwise.
+inline constexpr int kDefaultFullAttentionInterval = 4;
+LayerType layer_type_at(int layer, int full_attention_interval);
+std::vector<LayerType> layer_types_for(int num_layers, int full_attention_interval);
+// The interval that produces `types` (the first full-attention layer's number), or 0 when none does.
+int full_attention_interval_of(const std::vector<LayerType>& types);
+
 struct TextConfig {
     int vocab_size = 0;
     int hidden_size = 0;

@@ -6,10 +6,12 @@
 #include <set>
 #include <string>
 
+#include "model/linear.h"
 #include "ops/basic.h"
 #include "ops/gemm.h"
 #include "util/error.h"
 #include "util/half.h"
+#include "util/text.h"
 
 namespace clef {
 
@@ -20,42 +22,18 @@ constexpr double kCosineEps = 1e-8;      // torch cosine_similarity default
 constexpr double kNormalizeEps = 1e-12;  // torch F.normalize default
 constexpr int64_t kRowBlock = 512;       // rows normalised/projected at a time when streaming over the memory
 
-std::string shape_str(const std::vector<int64_t>& shape) {
-    std::string s = "[";
-    for (size_t i = 0; i < shape.size(); ++i) {
-        if (i) s += ", ";
-        s += std::to_string(shape[i]);
-    }
-    return s + "]";
-}
-
 bool is_float_dtype(DType t) {
     return t == DType::BF16 || t == DType::F16 || t == DType::F32 || t == DType::F64;
 }
 
-// A torch.nn.Linear: w [out][in], optional bias [out]. The fast path runs `packed` (fp32 weights packed once,
-// Precision::Exact) and frees w unless asked to keep it (the memory attention reads its k / v rows); a head
-// loaded with reference = true leaves `packed` empty and runs the scalar ops::linear on w.
-struct Dense {
-    std::vector<float> w, b;
-    int64_t out = 0, in = 0;
-    ops::PackedLinear packed;
-    void pack(bool keep_weights = false) {
-        packed = ops::PackedLinear({w.data(), ops::WeightType::F32}, out, in);
-        if (!keep_weights) std::vector<float>().swap(w);
-    }
-    void apply(const float* x, int64_t rows, float* y) const {
-        if (!packed.empty())
-            packed.forward(x, rows, y, ops::Precision::Exact, b.empty() ? nullptr : b.data());
-        else
-            ops::linear(x, rows, in, w.data(), out, b.empty() ? nullptr : b.data(), y);
-    }
-};
+// A torch.nn.Linear is model/linear.h's Linear: fp32 weights packed once (Precision::Exact) on the fast path,
+// the scalar ops::linear on a head loaded with reference = true.
+using Dense = Linear;
 
 // A torch.nn.LayerNorm with affine weight and bias, eps 1e-5.
 struct Norm {
     std::vector<float> w, b;
-    void apply(const float* x, int64_t rows, float* y) const {
+    void forward(const float* x, int64_t rows, float* y) const {
         ops::layer_norm(x, rows, static_cast<int64_t>(w.size()), w.data(), b.data(), kLayerNormEps, y);
     }
 };
@@ -78,66 +56,35 @@ struct FieldLayer {  // torch.nn.TransformerDecoderLayer, norm_first, GELU
     Norm norm1, norm2, norm3;
 };
 
-void add_into(float* dst, const float* src, size_t n) {
-    for (size_t i = 0; i < n; ++i) dst[i] += src[i];
-}
-
-// Reads one lm_head row as fp32.
+// Reads one lm_head row as fp32 (the dtype is a float type, checked at load).
 void read_row(const TensorView& t, int64_t row, int64_t cols, float* dst) {
     const size_t es = dtype_size(t.dtype);
-    const unsigned char* p = t.data + static_cast<size_t>(row) * static_cast<size_t>(cols) * es;
-    for (int64_t i = 0; i < cols; ++i, p += es) {
-        switch (t.dtype) {
-            case DType::BF16: {
-                uint16_t h;
-                std::memcpy(&h, p, 2);
-                dst[i] = bf16_to_f32(h);
-                break;
-            }
-            case DType::F16: {
-                uint16_t h;
-                std::memcpy(&h, p, 2);
-                dst[i] = f16_to_f32(h);
-                break;
-            }
-            case DType::F32:
-                std::memcpy(&dst[i], p, 4);
-                break;
-            default: {  // F64 (validated at load)
-                double d;
-                std::memcpy(&d, p, 8);
-                dst[i] = static_cast<float>(d);
-            }
-        }
-    }
+    convert_to_f32(t.dtype, t.data + static_cast<size_t>(row) * static_cast<size_t>(cols) * es,
+                   static_cast<size_t>(cols), dst);
 }
 
 // Takes tensors out of the head file by name with their expected shape, and remembers which were used.
 class TensorTaker {
 public:
-    TensorTaker(const SafetensorsFile& f, bool pack) : f_(f), pack_(pack) {}
+    TensorTaker(const WeightSource& f, bool pack) : f_(f), pack_(pack) {}
 
     std::vector<float> take(const std::string& name, const std::vector<int64_t>& shape) {
         const TensorView* t = f_.find(name);
-        if (!t) throw Error(f_.path() + ": joint head: missing tensor " + name);
+        if (!t) throw Error(f_.description() + ": joint head: missing tensor " + name);
         if (t->shape != shape)
-            throw Error(f_.path() + ": joint head: tensor " + name + " has shape " + shape_str(t->shape) +
-                        ", expected " + shape_str(shape));
+            throw Error(f_.description() + ": joint head: tensor " + name + " has shape " +
+                        shape_str(t->shape) + ", expected " + shape_str(shape));
         if (!is_float_dtype(t->dtype))
-            throw Error(f_.path() + ": joint head: tensor " + name + " has dtype " +
+            throw Error(f_.description() + ": joint head: tensor " + name + " has dtype " +
                         std::string(dtype_name(t->dtype)) + ", expected a float type");
         used_.insert(name);
         return t->to_f32();
     }
     float scalar(const std::string& name) { return take(name, {})[0]; }
     Dense dense(const std::string& prefix, int64_t out, int64_t in, bool bias) {
-        Dense d;
-        d.out = out;
-        d.in = in;
-        d.w = take(prefix + ".weight", {out, in});
-        if (bias) d.b = take(prefix + ".bias", {out});
-        if (pack_) d.pack();
-        return d;
+        std::vector<float> w = take(prefix + ".weight", {out, in});
+        return Dense(std::move(w), out, in, path(),
+                     bias ? take(prefix + ".bias", {out}) : std::vector<float>{});
     }
     Norm norm(const std::string& prefix, int64_t d) {
         Norm n;
@@ -150,24 +97,22 @@ public:
         const std::vector<float> in_w = take(prefix + ".in_proj_weight", {3 * w, w});
         const std::vector<float> in_b = take(prefix + ".in_proj_bias", {3 * w});
         Dense* parts[3] = {&a.q, &a.k, &a.v};
-        for (int i = 0; i < 3; ++i) {
-            Dense& d = *parts[i];
-            d.out = d.in = w;
-            d.w.assign(in_w.begin() + i * w * w, in_w.begin() + (i + 1) * w * w);
-            d.b.assign(in_b.begin() + i * w, in_b.begin() + (i + 1) * w);
-            if (pack_) d.pack(/*keep_weights=*/&d != &a.q);  // attend_memory reads k's and v's rows
-        }
+        for (int i = 0; i < 3; ++i)
+            *parts[i] = Dense(std::vector<float>(in_w.begin() + i * w * w, in_w.begin() + (i + 1) * w * w), w,
+                              w, path(), std::vector<float>(in_b.begin() + i * w, in_b.begin() + (i + 1) * w),
+                              /*keep_f32=*/i > 0);  // attend_memory reads k's and v's rows
         a.out = dense(prefix + ".out_proj", w, w, true);
         return a;
     }
+    LinearPath path() const { return pack_ ? LinearPath::Fast : LinearPath::Reference; }
     // Strict load: every tensor of the file must have been taken.
     void check_all_used() const {
-        for (const auto& t : f_.tensors())
-            if (!used_.count(t.name)) throw Error(f_.path() + ": joint head: unexpected tensor " + t.name);
+        for (const std::string& name : f_.names())
+            if (!used_.count(name)) throw Error(f_.description() + ": joint head: unexpected tensor " + name);
     }
 
 private:
-    const SafetensorsFile& f_;
+    const WeightSource& f_;
     bool pack_;
     std::set<std::string> used_;
 };
@@ -211,11 +156,11 @@ void memory_kv(const Attn& a, const Norm* norm, const float* mem, int64_t rows, 
         const float* x = mem + r0 * W;
         if (norm) {
             normed.resize(static_cast<size_t>(n * W));
-            norm->apply(x, n, normed.data());
+            norm->forward(x, n, normed.data());
             x = normed.data();
         }
-        a.k.apply(x, n, k + r0 * W);
-        a.v.apply(x, n, v + r0 * W);
+        a.k.forward(x, n, k + r0 * W);
+        a.v.forward(x, n, v + r0 * W);
     }
 }
 
@@ -223,11 +168,11 @@ void memory_kv(const Attn& a, const Norm* norm, const float* mem, int64_t rows, 
 void attend(const Attn& a, int heads, int64_t W, const float* xq, int64_t lq, const float* k, const float* v,
             int64_t lk, float* out) {
     std::vector<float> q(static_cast<size_t>(lq * W)), ctx(static_cast<size_t>(lq * W));
-    a.q.apply(xq, lq, q.data());
+    a.q.forward(xq, lq, q.data());
     const int dh = static_cast<int>(W / heads);
     ops::attention(q.data(), W, k, W, v, W, lq, lk, heads, heads, dh, 1.f / std::sqrt(static_cast<float>(dh)),
                    false, ctx.data(), W);
-    a.out.apply(ctx.data(), lq, out);
+    a.out.forward(ctx.data(), lq, out);
 }
 
 // Fast form of memory_kv + attend for memory rows `mem` [T][W] (already normalised if the layer norms them),
@@ -239,7 +184,7 @@ void attend_memory(const Attn& a, int heads, int64_t W, const float* xq, int64_t
     const int64_t dh = W / heads, R = lq * heads;
     std::vector<float> q(static_cast<size_t>(lq * W)), qt(static_cast<size_t>(R * W)),
         s(static_cast<size_t>(R * T)), ctx(static_cast<size_t>(R * W)), o(static_cast<size_t>(lq * W));
-    a.q.apply(xq, lq, q.data());
+    a.q.forward(xq, lq, q.data());
     const float scale = 1.f / std::sqrt(static_cast<float>(dh));
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < R; ++r) {
@@ -248,7 +193,7 @@ void attend_memory(const Attn& a, int heads, int64_t W, const float* xq, int64_t
         std::fill(dst, dst + W, 0.f);
         for (int64_t d = 0; d < dh; ++d) {
             const float coef = scale * q[i * W + h * dh + d];
-            const float* wr = a.k.w.data() + (h * dh + d) * W;
+            const float* wr = a.k.f32() + (h * dh + d) * W;
 #pragma omp simd
             for (int64_t c = 0; c < W; ++c) dst[c] += coef * wr[c];
         }
@@ -272,22 +217,22 @@ void attend_memory(const Attn& a, int heads, int64_t W, const float* xq, int64_t
         const int64_t i = r / heads, h = r % heads;
         const float* cr = ctx.data() + r * W;
         for (int64_t d = 0; d < dh; ++d) {
-            const float* wr = a.v.w.data() + (h * dh + d) * W;
+            const float* wr = a.v.f32() + (h * dh + d) * W;
             float acc = 0.f;
 #pragma omp simd reduction(+ : acc)
             for (int64_t c = 0; c < W; ++c) acc += wr[c] * cr[c];
-            o[i * W + h * dh + d] = acc + a.v.b[h * dh + d];
+            o[i * W + h * dh + d] = acc + a.v.bias()[h * dh + d];
         }
     }
-    a.out.apply(o.data(), lq, out);
+    a.out.forward(o.data(), lq, out);
 }
 
 // Feed-forward block with exact GELU: out = second(gelu(first(x))).
 void feedforward(const Dense& first, const Dense& second, const float* x, int64_t rows, float* out) {
-    std::vector<float> h(static_cast<size_t>(rows * first.out));
-    first.apply(x, rows, h.data());
+    std::vector<float> h(static_cast<size_t>(rows * first.out()));
+    first.forward(x, rows, h.data());
     ops::gelu_erf_inplace(h.data(), static_cast<int64_t>(h.size()));
-    second.apply(h.data(), rows, out);
+    second.forward(h.data(), rows, out);
 }
 
 std::string span_str(int64_t b, int64_t e) {
@@ -312,7 +257,7 @@ size_t total_options(const std::vector<HeadQuestion>& questions) {
 // -----------------------------------------------------------------------------------------------------------
 // Loading
 
-JointHead::JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights, const TensorView& lm_head,
+JointHead::JointHead(const HeadConfig& cfg, const WeightSource& head_weights, const TensorView& lm_head,
                      bool reference)
     : JointHead(cfg, head_weights, reference, [&lm_head](Weights& w) {
           // lm_head: [vocab][hidden], a float type, rows read in place.
@@ -331,7 +276,7 @@ JointHead::JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights,
           w.vocab = lm_head.shape[0];
       }) {}
 
-JointHead::JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights, const QuantMatrix& lm_head,
+JointHead::JointHead(const HeadConfig& cfg, const WeightSource& head_weights, const QuantMatrix& lm_head,
                      bool reference)
     : JointHead(cfg, head_weights, reference, [&lm_head](Weights& w) {
           if (lm_head.cols != w.cfg.hidden_size)
@@ -342,9 +287,9 @@ JointHead::JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights,
           w.vocab = lm_head.rows;
       }) {}
 
-JointHead::JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights, bool reference,
+JointHead::JointHead(const HeadConfig& cfg, const WeightSource& head_weights, bool reference,
                      const std::function<void(Weights&)>& set_lexical) {
-    const std::string& path = head_weights.path();
+    const std::string& path = head_weights.description();
     if (cfg.hidden_size <= 0 || cfg.width <= 0 || cfg.heads <= 0 || cfg.feedforward <= 0 ||
         cfg.routing_layers < 0 || cfg.layers < 0)
         throw Error(path + ": joint head: config has a non-positive size");
@@ -493,8 +438,8 @@ void HeadFeatureBuilder::add_rows(const float* rows, int64_t n) {
     if (n == 0) return;
     const int64_t H = w_->cfg.hidden_size, W = w_->cfg.width;
     normed_.resize(static_cast<size_t>(n * H));
-    w_->hidden_norm.apply(rows, n, normed_.data());
-    w_->memory_projection.apply(normed_.data(), n, out_.memory.data() + done_ * W);
+    w_->hidden_norm.forward(rows, n, normed_.data());
+    w_->memory_projection.forward(normed_.data(), n, out_.memory.data() + done_ * W);
     const int64_t first = done_, last = done_ + n;
     for (const Span& s : spans_) {
         const int64_t b = std::max(s.begin, first), e = std::min(s.end, last);
@@ -506,6 +451,20 @@ void HeadFeatureBuilder::add_rows(const float* rows, int64_t n) {
     }
     if (last == T_) std::copy_n(normed_.data() + (n - 1) * H, H, out_.global.data());
     done_ = last;
+}
+
+void HeadFeatureBuilder::restore_memory(const float* memory_rows, int64_t n) {
+    if (n < 0 || done_ + n > T_) throw Error("joint head: restored rows past the end of the prompt");
+    for (const Span& s : spans_)
+        if (s.begin < done_ + n)
+            throw Error("joint head: a restored prefix covers a question or option span");
+    const int64_t W = w_->cfg.width;
+    std::copy_n(memory_rows, n * W, out_.memory.data() + done_ * W);
+    done_ += n;
+}
+
+const float* HeadFeatureBuilder::memory_rows(int64_t first) const {
+    return out_.memory.data() + first * w_->cfg.width;
 }
 
 HeadFeatures HeadFeatureBuilder::finish() {
@@ -538,66 +497,54 @@ std::vector<std::vector<float>> JointHead::logits(const float* hidden, int64_t T
     return decide(builder.finish(), questions, trace);
 }
 
-std::vector<std::vector<float>> JointHead::decide(const HeadFeatures& ft,
-                                                  const std::vector<HeadQuestion>& questions,
-                                                  HeadTrace* trace) const {
-    const Weights& w = *w_;
-    const int64_t T = ft.length;
-    check_questions(T, questions);
-    const int64_t H = w.cfg.hidden_size, W = w.cfg.width;
-    const int heads = w.cfg.heads;
-    const int64_t Q = static_cast<int64_t>(questions.size());
-    const int64_t N = static_cast<int64_t>(total_options(questions));
-    if (ft.memory.size() != static_cast<size_t>(T * W) || ft.global.size() != static_cast<size_t>(H) ||
-        ft.question_mean.size() != static_cast<size_t>(Q * H) ||
-        ft.option_context.size() != static_cast<size_t>(N * H) ||
-        ft.option_lexical.size() != static_cast<size_t>(N * H))
-        throw Error("joint head: features do not match the questions");
-    const float* memory = ft.memory.data();
-    std::vector<int64_t> first(static_cast<size_t>(Q) + 1, 0);  // first option row of each question
-    for (int64_t i = 0; i < Q; ++i)
-        first[i + 1] = first[i] + static_cast<int64_t>(questions[i].option_spans.size());
+namespace {
 
-    if (trace) {
-        *trace = HeadTrace{};
-        trace->memory_projection = ft.memory;
-    }
+using Weights = JointHead::Weights;
+using Rows = std::vector<int64_t>;  // first option row of each question, then the total (Q + 1 entries)
 
-    // Option queries: r = W_oc·c + W_ol·ℓ + W_oq·q (question term shared by that question's options).
+// Option queries: r = W_oc·c + W_ol·ℓ + W_oq·q (the question term shared by that question's options).
+std::vector<float> option_queries(const Weights& w, const HeadFeatures& ft, const Rows& first) {
+    const int64_t W = w.cfg.width, Q = static_cast<int64_t>(first.size()) - 1, N = first.back();
     std::vector<float> r(static_cast<size_t>(N * W)), tmp(static_cast<size_t>(N * W));
-    w.option_context_projection.apply(ft.option_context.data(), N, r.data());
-    w.option_lexical_projection.apply(ft.option_lexical.data(), N, tmp.data());
-    add_into(r.data(), tmp.data(), r.size());
-    {
-        std::vector<float> oq(static_cast<size_t>(Q * W));
-        w.option_question_projection.apply(ft.question_mean.data(), Q, oq.data());
-        for (int64_t i = 0; i < Q; ++i)
-            for (int64_t j = first[i]; j < first[i + 1]; ++j)
-                add_into(r.data() + j * W, oq.data() + i * W, W);
-    }
+    w.option_context_projection.forward(ft.option_context.data(), N, r.data());
+    w.option_lexical_projection.forward(ft.option_lexical.data(), N, tmp.data());
+    ops::add_inplace(r.data(), tmp.data(), r.size());
+    std::vector<float> oq(static_cast<size_t>(Q * W));
+    w.option_question_projection.forward(ft.question_mean.data(), Q, oq.data());
+    for (int64_t i = 0; i < Q; ++i)
+        for (int64_t j = first[i]; j < first[i + 1]; ++j)
+            ops::add_inplace(r.data() + j * W, oq.data() + i * W, W);
+    return r;
+}
 
-    // Evidence routing: options cross-attend to their own LayerNorm of the memory, then a feed-forward block.
+// Evidence routing: options cross-attend to their own LayerNorm of the memory, then a feed-forward block.
+void route_evidence(const Weights& w, const HeadFeatures& ft, std::vector<float>& r, int64_t N,
+                    HeadTrace* trace) {
+    const int64_t T = ft.length, W = w.cfg.width;
     std::vector<float> keys(static_cast<size_t>(T * W)), values(static_cast<size_t>(T * W));
-    std::vector<float> x(static_cast<size_t>(N * W));
+    std::vector<float> x(static_cast<size_t>(N * W)), tmp(static_cast<size_t>(N * W));
     for (const RoutingLayer& l : w.routing) {
-        l.query_norm.apply(r.data(), N, x.data());
-        if (!l.attention.k.packed.empty()) {  // fast path: keys holds the normalised memory
-            l.memory_norm.apply(memory, T, keys.data());
-            attend_memory(l.attention, heads, W, x.data(), N, keys.data(), T, tmp.data());
+        l.query_norm.forward(r.data(), N, x.data());
+        if (l.attention.k.has_fast()) {  // fast path: keys holds the normalised memory
+            l.memory_norm.forward(ft.memory.data(), T, keys.data());
+            attend_memory(l.attention, w.cfg.heads, W, x.data(), N, keys.data(), T, tmp.data());
         } else {
-            memory_kv(l.attention, &l.memory_norm, memory, T, W, keys.data(), values.data());
-            attend(l.attention, heads, W, x.data(), N, keys.data(), values.data(), T, tmp.data());
+            memory_kv(l.attention, &l.memory_norm, ft.memory.data(), T, W, keys.data(), values.data());
+            attend(l.attention, w.cfg.heads, W, x.data(), N, keys.data(), values.data(), T, tmp.data());
         }
-        add_into(r.data(), tmp.data(), r.size());
-        l.feedforward_norm.apply(r.data(), N, x.data());
+        ops::add_inplace(r.data(), tmp.data(), r.size());
+        l.feedforward_norm.forward(r.data(), N, x.data());
         feedforward(l.ff_in, l.ff_out, x.data(), N, tmp.data());
-        add_into(r.data(), tmp.data(), r.size());
+        ops::add_inplace(r.data(), tmp.data(), r.size());
         if (trace) trace->evidence_layers.push_back(r);
     }
+}
 
-    // Option summaries: softmax over a question's options of r·b/sqrt(W), weighted sum of r.
-    std::vector<float> b(static_cast<size_t>(Q * W)), summary(static_cast<size_t>(Q * W), 0.f);
-    w.question_projection.apply(ft.question_mean.data(), Q, b.data());
+// Option summaries: per question, softmax over its options of r·b/sqrt(W), the weighted sum of r.
+std::vector<float> option_summaries(const Weights& w, const std::vector<float>& r,
+                                    const std::vector<float>& b, const Rows& first) {
+    const int64_t W = w.cfg.width, Q = static_cast<int64_t>(first.size()) - 1;
+    std::vector<float> summary(static_cast<size_t>(Q * W), 0.f);
     const float inv_sqrt_w = 1.f / std::sqrt(static_cast<float>(W));
     for (int64_t i = 0; i < Q; ++i) {
         const int64_t n = first[i + 1] - first[i];
@@ -615,12 +562,21 @@ std::vector<std::vector<float>> JointHead::decide(const HeadFeatures& ft,
             for (int64_t c = 0; c < W; ++c) s[c] += a[j] * rj[c];
         }
     }
+    return summary;
+}
 
-    // Field vectors: f = b + LN_sum(s) + W_g·g + T[type].
+// Field vectors f = b + LN_sum(s) + W_g·g + T[type], b = W_q·q.
+std::vector<float> field_vectors(const Weights& w, const HeadFeatures& ft, const std::vector<float>& r,
+                                 const std::vector<HeadQuestion>& questions, const Rows& first,
+                                 HeadTrace* trace) {
+    const int64_t W = w.cfg.width, Q = static_cast<int64_t>(questions.size());
+    std::vector<float> b(static_cast<size_t>(Q * W));
+    w.question_projection.forward(ft.question_mean.data(), Q, b.data());
+    const std::vector<float> summary = option_summaries(w, r, b, first);
     std::vector<float> f(static_cast<size_t>(Q * W)), summary_norm(static_cast<size_t>(Q * W)),
         global_proj(static_cast<size_t>(W));
-    w.option_summary_norm.apply(summary.data(), Q, summary_norm.data());
-    w.global_projection.apply(ft.global.data(), 1, global_proj.data());
+    w.option_summary_norm.forward(summary.data(), Q, summary_norm.data());
+    w.global_projection.forward(ft.global.data(), 1, global_proj.data());
     for (int64_t i = 0; i < Q; ++i)
         for (int64_t c = 0; c < W; ++c)
             f[i * W + c] = b[i * W + c] + summary_norm[i * W + c] + global_proj[c] +
@@ -630,93 +586,126 @@ std::vector<std::vector<float>> JointHead::decide(const HeadFeatures& ft,
         trace->option_summary_norm = summary_norm;
         trace->global_projection = global_proj;
     }
+    return f;
+}
 
-    // Field layers (pre-norm decoder layers): questions attend to each other, then to the raw memory.
+// Field layers (pre-norm decoder layers): questions attend to each other, then to the raw memory.
+void field_layers(const Weights& w, const HeadFeatures& ft, std::vector<float>& f, int64_t Q,
+                  HeadTrace* trace) {
+    const int64_t T = ft.length, W = w.cfg.width;
+    const int heads = w.cfg.heads;
     std::vector<float> fx(static_cast<size_t>(Q * W)), ftmp(static_cast<size_t>(Q * W));
     std::vector<float> qk(static_cast<size_t>(Q * W)), qv(static_cast<size_t>(Q * W));
+    std::vector<float> keys, values;
     for (const FieldLayer& l : w.layers) {
-        l.norm1.apply(f.data(), Q, fx.data());
+        l.norm1.forward(f.data(), Q, fx.data());
         memory_kv(l.self_attn, nullptr, fx.data(), Q, W, qk.data(), qv.data());
         attend(l.self_attn, heads, W, fx.data(), Q, qk.data(), qv.data(), Q, ftmp.data());
-        add_into(f.data(), ftmp.data(), f.size());
-        l.norm2.apply(f.data(), Q, fx.data());
-        if (!l.cross_attn.k.packed.empty()) {
-            attend_memory(l.cross_attn, heads, W, fx.data(), Q, memory, T, ftmp.data());
+        ops::add_inplace(f.data(), ftmp.data(), f.size());
+        l.norm2.forward(f.data(), Q, fx.data());
+        if (l.cross_attn.k.has_fast()) {
+            attend_memory(l.cross_attn, heads, W, fx.data(), Q, ft.memory.data(), T, ftmp.data());
         } else {
-            memory_kv(l.cross_attn, nullptr, memory, T, W, keys.data(), values.data());
+            keys.resize(static_cast<size_t>(T * W));
+            values.resize(static_cast<size_t>(T * W));
+            memory_kv(l.cross_attn, nullptr, ft.memory.data(), T, W, keys.data(), values.data());
             attend(l.cross_attn, heads, W, fx.data(), Q, keys.data(), values.data(), T, ftmp.data());
         }
-        add_into(f.data(), ftmp.data(), f.size());
-        l.norm3.apply(f.data(), Q, fx.data());
+        ops::add_inplace(f.data(), ftmp.data(), f.size());
+        l.norm3.forward(f.data(), Q, fx.data());
         feedforward(l.linear1, l.linear2, fx.data(), Q, ftmp.data());
-        add_into(f.data(), ftmp.data(), f.size());
+        ops::add_inplace(f.data(), ftmp.data(), f.size());
         if (trace) trace->layers.push_back(f);
     }
-    std::vector<float> fields(static_cast<size_t>(Q * W));
-    w.field_norm.apply(f.data(), Q, fields.data());
-    if (trace) trace->field_norm = fields;
+}
 
-    // Scores: lexical prior + gate · (J · cosine + residual scorer).
-    std::vector<std::vector<float>> result(static_cast<size_t>(Q));
-    std::vector<double> anchor(static_cast<size_t>(H));
-    std::vector<float> feat;
-    for (int64_t i = 0; i < Q; ++i) {
-        const int64_t n = first[i + 1] - first[i];
-        // anchor = normalize(q_i + g)
-        double ss = 0.0;
-        for (int64_t c = 0; c < H; ++c) {
-            anchor[c] = static_cast<double>(ft.question_mean[i * H + c]) + ft.global[c];
-            ss += anchor[c] * anchor[c];
-        }
-        const double anorm = std::max(std::sqrt(ss), kNormalizeEps);
-        std::vector<float> options(static_cast<size_t>(n * W));
-        w.option_norm.apply(r.data() + first[i] * W, n, options.data());
-        const float* field = fields.data() + i * W;
-        double fss = 0.0;
-        for (int64_t c = 0; c < W; ++c) fss += static_cast<double>(field[c]) * field[c];
-        const double fnorm = std::max(std::sqrt(fss), kCosineEps);
-
-        feat.assign(static_cast<size_t>(n * 4 * W), 0.f);
-        std::vector<float> cosine(static_cast<size_t>(n)), prior(static_cast<size_t>(n));
-        for (int64_t j = 0; j < n; ++j) {
-            const float* lex = ft.option_lexical.data() + (first[i] + j) * H;
-            double lss = 0.0, dot = 0.0;
-            for (int64_t c = 0; c < H; ++c) {
-                lss += static_cast<double>(lex[c]) * lex[c];
-                dot += lex[c] * anchor[c];
-            }
-            prior[j] =
-                static_cast<float>(w.prior_scale * dot / (std::max(std::sqrt(lss), kNormalizeEps) * anorm));
-
-            const float* o = options.data() + j * W;
-            double oss = 0.0, fo = 0.0;
-            float* fr = feat.data() + j * 4 * W;
-            for (int64_t c = 0; c < W; ++c) {
-                oss += static_cast<double>(o[c]) * o[c];
-                fo += static_cast<double>(field[c]) * o[c];
-                fr[c] = field[c];
-                fr[W + c] = o[c];
-                fr[2 * W + c] = field[c] * o[c];
-                fr[3 * W + c] = std::fabs(field[c] - o[c]);
-            }
-            cosine[j] = static_cast<float>(fo / (fnorm * std::max(std::sqrt(oss), kCosineEps)));
-        }
-        std::vector<float> residual(static_cast<size_t>(n));
-        {
-            std::vector<float> h(static_cast<size_t>(n * W));
-            w.scorer_in.apply(feat.data(), n, h.data());
-            ops::gelu_erf_inplace(h.data(), n * W);
-            w.scorer_out.apply(h.data(), n, residual.data());
-        }
-        std::vector<float>& row = result[i];
-        row.resize(static_cast<size_t>(n));
-        for (int64_t j = 0; j < n; ++j)
-            row[j] = prior[j] + w.gate * (w.joint_scale * cosine[j] + residual[j]);
-        if (trace) {
-            trace->option_norm.push_back(std::move(options));
-            trace->residual_scorer.push_back(residual);
-        }
+// The logits of question i: lexical prior + gate · (J · cosine(field, option) + residual scorer).
+std::vector<float> score_question(const Weights& w, const HeadFeatures& ft, const std::vector<float>& r,
+                                  const float* field, int64_t i, const Rows& first, HeadTrace* trace) {
+    const int64_t H = w.cfg.hidden_size, W = w.cfg.width, n = first[i + 1] - first[i];
+    std::vector<double> anchor(static_cast<size_t>(H));  // normalize(q_i + g)
+    double ss = 0.0;
+    for (int64_t c = 0; c < H; ++c) {
+        anchor[c] = static_cast<double>(ft.question_mean[i * H + c]) + ft.global[c];
+        ss += anchor[c] * anchor[c];
     }
+    const double anorm = std::max(std::sqrt(ss), kNormalizeEps);
+    std::vector<float> options(static_cast<size_t>(n * W));
+    w.option_norm.forward(r.data() + first[i] * W, n, options.data());
+    double fss = 0.0;
+    for (int64_t c = 0; c < W; ++c) fss += static_cast<double>(field[c]) * field[c];
+    const double fnorm = std::max(std::sqrt(fss), kCosineEps);
+
+    std::vector<float> feat(static_cast<size_t>(n * 4 * W), 0.f), cosine(static_cast<size_t>(n)),
+        prior(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) {
+        const float* lex = ft.option_lexical.data() + (first[i] + j) * H;
+        double lss = 0.0, dot = 0.0;
+        for (int64_t c = 0; c < H; ++c) {
+            lss += static_cast<double>(lex[c]) * lex[c];
+            dot += lex[c] * anchor[c];
+        }
+        prior[j] =
+            static_cast<float>(w.prior_scale * dot / (std::max(std::sqrt(lss), kNormalizeEps) * anorm));
+        const float* o = options.data() + j * W;
+        double oss = 0.0, fo = 0.0;
+        float* fr = feat.data() + j * 4 * W;
+        for (int64_t c = 0; c < W; ++c) {
+            oss += static_cast<double>(o[c]) * o[c];
+            fo += static_cast<double>(field[c]) * o[c];
+            fr[c] = field[c];
+            fr[W + c] = o[c];
+            fr[2 * W + c] = field[c] * o[c];
+            fr[3 * W + c] = std::fabs(field[c] - o[c]);
+        }
+        cosine[j] = static_cast<float>(fo / (fnorm * std::max(std::sqrt(oss), kCosineEps)));
+    }
+    std::vector<float> residual(static_cast<size_t>(n)), h(static_cast<size_t>(n * W));
+    w.scorer_in.forward(feat.data(), n, h.data());
+    ops::gelu_erf_inplace(h.data(), n * W);
+    w.scorer_out.forward(h.data(), n, residual.data());
+    std::vector<float> row(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) row[j] = prior[j] + w.gate * (w.joint_scale * cosine[j] + residual[j]);
+    if (trace) {
+        trace->option_norm.push_back(std::move(options));
+        trace->residual_scorer.push_back(residual);
+    }
+    return row;
+}
+
+}  // namespace
+
+std::vector<std::vector<float>> JointHead::decide(const HeadFeatures& ft,
+                                                  const std::vector<HeadQuestion>& questions,
+                                                  HeadTrace* trace) const {
+    const Weights& w = *w_;
+    const int64_t T = ft.length;
+    check_questions(T, questions);
+    const int64_t H = w.cfg.hidden_size, W = w.cfg.width;
+    const int64_t Q = static_cast<int64_t>(questions.size());
+    Rows first(static_cast<size_t>(Q) + 1, 0);
+    for (int64_t i = 0; i < Q; ++i)
+        first[i + 1] = first[i] + static_cast<int64_t>(questions[i].option_spans.size());
+    const int64_t N = first.back();
+    if (ft.memory.size() != static_cast<size_t>(T * W) || ft.global.size() != static_cast<size_t>(H) ||
+        ft.question_mean.size() != static_cast<size_t>(Q * H) ||
+        ft.option_context.size() != static_cast<size_t>(N * H) ||
+        ft.option_lexical.size() != static_cast<size_t>(N * H))
+        throw Error("joint head: features do not match the questions");
+    if (trace) {
+        *trace = HeadTrace{};
+        trace->memory_projection = ft.memory;
+    }
+    std::vector<float> r = option_queries(w, ft, first);
+    route_evidence(w, ft, r, N, trace);
+    std::vector<float> f = field_vectors(w, ft, r, questions, first, trace);
+    field_layers(w, ft, f, Q, trace);
+    std::vector<float> fields(static_cast<size_t>(Q * W));
+    w.field_norm.forward(f.data(), Q, fields.data());
+    if (trace) trace->field_norm = fields;
+    std::vector<std::vector<float>> result;
+    for (int64_t i = 0; i < Q; ++i)
+        result.push_back(score_question(w, ft, r, fields.data() + i * W, i, first, trace));
     return result;
 }
 

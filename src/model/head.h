@@ -1,5 +1,5 @@
 // The joint schema head in fp32: turns the backbone's last hidden states into one logit per allowed option of
-// every question (clef-architecture.md §4.2).
+// every question (docs/ARCHITECTURE.md "The joint head").
 //
 // The work is split in two stages so that a chunked prefill can feed it later without keeping the hidden
 // states:
@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "io/safetensors.h"
+#include "io/weight_source.h"
 #include "model/config.h"
 #include "quant/quant.h"
 
@@ -61,11 +61,11 @@ public:
     // converted to fp32, and the scalars are clamped at ln(100) before exp. Throws clef::Error naming the
     // file and tensor. The projections run as ops::PackedLinear (packed once here, fp32-exact); reference =
     // true keeps the scalar ops::linear instead (the oracle).
-    JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights, const TensorView& lm_head,
+    JointHead(const HeadConfig& cfg, const WeightSource& head_weights, const TensorView& lm_head,
               bool reference = false);
     // The same with the lm_head as a QuantMatrix (a GGUF model's quantised output / token_embd table): the
     // rows of option-span ids are dequantised when needed; lm_head's owner keeps its storage alive.
-    JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights, const QuantMatrix& lm_head,
+    JointHead(const HeadConfig& cfg, const WeightSource& head_weights, const QuantMatrix& lm_head,
               bool reference = false);
 
     const HeadConfig& config() const;
@@ -93,7 +93,7 @@ public:
 
 private:
     // Checks cfg, lets set_lexical validate and store the lm_head (Weights::cfg is set), loads the rest.
-    JointHead(const HeadConfig& cfg, const SafetensorsFile& head_weights, bool reference,
+    JointHead(const HeadConfig& cfg, const WeightSource& head_weights, bool reference,
               const std::function<void(Weights&)>& set_lexical);
     friend class HeadFeatureBuilder;
     std::shared_ptr<const Weights> w_;
@@ -108,6 +108,11 @@ public:
     // rows: the next n positions, [n][hidden_size].
     void add_rows(const float* rows, int64_t n);
     int64_t rows_done() const { return done_; }
+    // The memory rows of the next n positions computed earlier (a cached prompt prefix, [n][width]) instead
+    // of their hidden rows. Throws clef::Error when a question or option span starts before done + n.
+    void restore_memory(const float* memory_rows, int64_t n);
+    // Memory rows [first, rows_done()) computed so far, row-major [.][width].
+    const float* memory_rows(int64_t first) const;
     // Throws clef::Error unless all T rows were added.
     HeadFeatures finish();
 

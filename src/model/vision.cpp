@@ -10,6 +10,7 @@
 #include "ops/gemm.h"
 #include "ops/rope.h"
 #include "util/error.h"
+#include "util/text.h"
 
 namespace clef {
 
@@ -20,13 +21,7 @@ constexpr double kRopeTheta = 10000.0;       // VisionRotaryEmbedding's default;
 constexpr int64_t kMlpRowChunk = 2048;       // rows per MLP slice (bounds the [rows][intermediate] buffer)
 constexpr int64_t kParallelElems = 1 << 15;  // elementwise work below which the fast path stays on one thread
 
-std::string shape_str(const std::vector<int64_t>& s) {
-    std::string out = "[";
-    for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-    return out + "]";
-}
-
-const TensorView& checked(const Checkpoint& ckpt, const std::string& name,
+const TensorView& checked(const WeightSource& ckpt, const std::string& name,
                           const std::vector<int64_t>& shape) {
     const TensorView& t = ckpt.get(name);
     if (t.shape != shape)
@@ -35,114 +30,17 @@ const TensorView& checked(const Checkpoint& ckpt, const std::string& name,
     return t;
 }
 
-std::vector<float> load(const Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape) {
+std::vector<float> load(const WeightSource& ckpt, const std::string& name,
+                        const std::vector<int64_t>& shape) {
     return checked(ckpt, name, shape).to_f32();
 }
 
-// The weight `name` (shape `shape`, viewed as [out][in]) into l: fp32 for the reference path; packed for the
-// fast path, from the mapped BF16/F16 bytes as they are (exact in the packed kernels) or through a temporary
-// fp32 copy for other dtypes.
-void load_weight(const Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape,
-                 int64_t out, int64_t in, bool reference, VisionTower::Linear& l) {
-    l.in = in;
-    l.out = out;
-    const TensorView& t = checked(ckpt, name, shape);
-    if (reference) {
-        l.weight = t.to_f32();
-        return;
-    }
-    const bool aligned16 = reinterpret_cast<uintptr_t>(t.data) % alignof(uint16_t) == 0;
-    if (t.dtype == DType::BF16 && aligned16) {
-        l.packed = ops::PackedLinear({t.data, ops::WeightType::BF16}, out, in, ops::GemmBackend::Auto,
-                                     ops::Residency::InPlace);
-    } else if (t.dtype == DType::F16 && aligned16) {
-        l.packed = ops::PackedLinear({t.data, ops::WeightType::F16}, out, in);
-    } else {
-        const std::vector<float> w = t.to_f32();
-        l.packed = ops::PackedLinear({w.data(), ops::WeightType::F32}, out, in);
-    }
-}
-
-VisionTower::Linear load_linear(const Checkpoint& ckpt, const std::string& name, int64_t out, int64_t in,
-                                bool reference) {
-    VisionTower::Linear l;
-    load_weight(ckpt, name + ".weight", {out, in}, out, in, reference, l);
-    l.bias = load(ckpt, name + ".bias", {out});
-    return l;
-}
-
-// A tile of y = x·Wᵀ + b: rows [0, m) of x against output columns [j0, j1). Four rows by two columns at a
-// time, each dot product vectorised over k. Compiled twice (AVX2+FMA-capable x86-64-v3, and the baseline) and
-// picked at run time.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-#endif
-void linear_tile(const float* x, int64_t m, int64_t k, const float* w, const float* bias, int64_t j0, int64_t j1,
-                 float* y, int64_t n) {
-    int64_t i = 0;
-    for (; i + 4 <= m; i += 4) {
-        const float* x0 = x + i * k;
-        const float* x1 = x0 + k;
-        const float* x2 = x1 + k;
-        const float* x3 = x2 + k;
-        int64_t j = j0;
-        for (; j + 2 <= j1; j += 2) {
-            const float* w0 = w + j * k;
-            const float* w1 = w0 + k;
-            float a00 = 0, a01 = 0, a10 = 0, a11 = 0, a20 = 0, a21 = 0, a30 = 0, a31 = 0;
-#pragma omp simd reduction(+ : a00, a01, a10, a11, a20, a21, a30, a31)
-            for (int64_t t = 0; t < k; ++t) {
-                const float u = w0[t], v = w1[t];
-                a00 += x0[t] * u;
-                a01 += x0[t] * v;
-                a10 += x1[t] * u;
-                a11 += x1[t] * v;
-                a20 += x2[t] * u;
-                a21 += x2[t] * v;
-                a30 += x3[t] * u;
-                a31 += x3[t] * v;
-            }
-            const float b0 = bias ? bias[j] : 0.f, b1 = bias ? bias[j + 1] : 0.f;
-            y[i * n + j] = a00 + b0;
-            y[i * n + j + 1] = a01 + b1;
-            y[(i + 1) * n + j] = a10 + b0;
-            y[(i + 1) * n + j + 1] = a11 + b1;
-            y[(i + 2) * n + j] = a20 + b0;
-            y[(i + 2) * n + j + 1] = a21 + b1;
-            y[(i + 3) * n + j] = a30 + b0;
-            y[(i + 3) * n + j + 1] = a31 + b1;
-        }
-        for (; j < j1; ++j) {
-            const float* w0 = w + j * k;
-            float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-#pragma omp simd reduction(+ : a0, a1, a2, a3)
-            for (int64_t t = 0; t < k; ++t) {
-                a0 += x0[t] * w0[t];
-                a1 += x1[t] * w0[t];
-                a2 += x2[t] * w0[t];
-                a3 += x3[t] * w0[t];
-            }
-            const float b = bias ? bias[j] : 0.f;
-            y[i * n + j] = a0 + b;
-            y[(i + 1) * n + j] = a1 + b;
-            y[(i + 2) * n + j] = a2 + b;
-            y[(i + 3) * n + j] = a3 + b;
-        }
-    }
-    for (; i < m; ++i) {
-        const float* xi = x + i * k;
-        for (int64_t j = j0; j < j1; ++j) {
-            const float* wj = w + j * k;
-            float a = 0;
-#pragma omp simd reduction(+ : a)
-            for (int64_t t = 0; t < k; ++t) a += xi[t] * wj[t];
-            y[i * n + j] = a + (bias ? bias[j] : 0.f);
-        }
-    }
-}
-
-void add_inplace(float* x, const float* y, size_t n) {
-    for (size_t i = 0; i < n; ++i) x[i] += y[i];
+// The projection `name` (.weight of shape `shape`, viewed as [out][in], and .bias [out]) on the tower's path.
+Linear load_linear(const WeightSource& ckpt, const std::string& name, const std::vector<int64_t>& shape,
+                   bool reference) {
+    const TensorView& w = checked(ckpt, name + ".weight", shape);  // checked before the bias
+    return Linear(w, reference ? LinearPath::Reference : LinearPath::Fast,
+                  load(ckpt, name + ".bias", {shape[0]}));
 }
 
 // f(r0, r1) over `rows` rows of `width` elements: on the fast path in row blocks on the kernel threads (every
@@ -209,14 +107,6 @@ void frame_attention_fast(const float* qkv, int64_t rows, int64_t heads, int64_t
 
 }  // namespace
 
-void VisionTower::apply(const Linear& l, const float* x, int64_t rows, float* y) const {
-    if (rows == 0) return;
-    if (reference_)
-        linear(x, rows, l, y);
-    else
-        l.packed.forward(x, rows, y, ops::Precision::Exact, l.bias.empty() ? nullptr : l.bias.data());
-}
-
 double vision_flops(const VisionConfig& c, int64_t grid_t, int64_t grid_h, int64_t grid_w) {
     const double frame = static_cast<double>(grid_h) * static_cast<double>(grid_w);
     const double N = frame * static_cast<double>(grid_t);
@@ -229,34 +119,17 @@ double vision_flops(const VisionConfig& c, int64_t grid_t, int64_t grid_h, int64
     return 2 * N * dim * H + c.depth * per_block + merger;
 }
 
-void VisionTower::linear(const float* x, int64_t rows, const Linear& l, float* y) {
-    const int64_t k = l.in, n = l.out;
-    // Tasks of 64 rows x 64 output columns: a 64-column slice of W (≤ 1.2 MB for k = 4608) stays in L2 while
-    // 16 groups of 4 rows stream past it.
-    constexpr int64_t kRowBlock = 64, kColBlock = 64;
-    const int64_t rb = (rows + kRowBlock - 1) / kRowBlock, cb = (n + kColBlock - 1) / kColBlock;
-    const float* w = l.weight.data();
-    const float* b = l.bias.empty() ? nullptr : l.bias.data();
-#pragma omp parallel for collapse(2) schedule(dynamic) if (rows * n * k > (1 << 18))
-    for (int64_t bi = 0; bi < rb; ++bi)
-        for (int64_t bj = 0; bj < cb; ++bj) {
-            const int64_t i0 = bi * kRowBlock, i1 = std::min(rows, i0 + kRowBlock);
-            const int64_t j0 = bj * kColBlock, j1 = std::min(n, j0 + kColBlock);
-            linear_tile(x + i0 * k, i1 - i0, k, w, b, j0, j1, y + i0 * n, n);
-        }
-}
-
-bool VisionTower::in_checkpoint(const Checkpoint& ckpt, const std::string& prefix) {
+bool VisionTower::in_checkpoint(const WeightSource& ckpt, const std::string& prefix) {
     return ckpt.find(prefix + "patch_embed.proj.weight") != nullptr;
 }
 
 bool VisionTower::in_model_dir(const std::string& model_dir) {
     const ModelDir dir = locate_model_dir(model_dir);
     return load_model_config(dir.config_path).vision.has_value() &&
-           in_checkpoint(Checkpoint::open(dir.weights_path));
+           in_checkpoint(WeightSource(Checkpoint::open(dir.weights_path)));
 }
 
-VisionTower::VisionTower(const VisionConfig& cfg, const Checkpoint& ckpt, const std::string& prefix,
+VisionTower::VisionTower(const VisionConfig& cfg, const WeightSource& ckpt, const std::string& prefix,
                          bool reference)
     : cfg_(cfg), reference_(reference) {
     auto fail = [](const std::string& what) { throw Error("vision config: " + what); };
@@ -279,10 +152,9 @@ VisionTower::VisionTower(const VisionConfig& cfg, const Checkpoint& ckpt, const 
 
     const int64_t H = cfg.hidden_size, I = cfg.intermediate_size,
                   M2 = cfg.spatial_merge_size * cfg.spatial_merge_size;
-    load_weight(ckpt, prefix + "patch_embed.proj.weight",
-                {H, cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size, cfg.patch_size}, H, patch_dim(),
-                reference, patch_embed_);
-    patch_embed_.bias = load(ckpt, prefix + "patch_embed.proj.bias", {H});
+    patch_embed_ =
+        load_linear(ckpt, prefix + "patch_embed.proj",
+                    {H, cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size, cfg.patch_size}, reference);
     pos_embed_ = load(ckpt, prefix + "pos_embed.weight", {cfg.num_position_embeddings, H});
     blocks_.resize(static_cast<size_t>(cfg.depth));
     for (int l = 0; l < cfg.depth; ++l) {
@@ -292,210 +164,228 @@ VisionTower::VisionTower(const VisionConfig& cfg, const Checkpoint& ckpt, const 
         b.norm1.bias = load(ckpt, p + "norm1.bias", {H});
         b.norm2.weight = load(ckpt, p + "norm2.weight", {H});
         b.norm2.bias = load(ckpt, p + "norm2.bias", {H});
-        b.qkv = load_linear(ckpt, p + "attn.qkv", 3 * H, H, reference);
-        b.proj = load_linear(ckpt, p + "attn.proj", H, H, reference);
-        b.fc1 = load_linear(ckpt, p + "mlp.linear_fc1", I, H, reference);
-        b.fc2 = load_linear(ckpt, p + "mlp.linear_fc2", H, I, reference);
+        b.qkv = load_linear(ckpt, p + "attn.qkv", {3 * H, H}, reference);
+        b.proj = load_linear(ckpt, p + "attn.proj", {H, H}, reference);
+        b.fc1 = load_linear(ckpt, p + "mlp.linear_fc1", {I, H}, reference);
+        b.fc2 = load_linear(ckpt, p + "mlp.linear_fc2", {H, I}, reference);
     }
     merger_norm_.weight = load(ckpt, prefix + "merger.norm.weight", {H});
     merger_norm_.bias = load(ckpt, prefix + "merger.norm.bias", {H});
-    merger_fc1_ = load_linear(ckpt, prefix + "merger.linear_fc1", M2 * H, M2 * H, reference);
-    merger_fc2_ = load_linear(ckpt, prefix + "merger.linear_fc2", cfg.out_hidden_size, M2 * H, reference);
+    merger_fc1_ = load_linear(ckpt, prefix + "merger.linear_fc1", {M2 * H, M2 * H}, reference);
+    merger_fc2_ = load_linear(ckpt, prefix + "merger.linear_fc2", {cfg.out_hidden_size, M2 * H}, reference);
 }
 
-std::vector<float> VisionTower::forward(const float* pixel_values, int grid_t, int grid_h, int grid_w,
-                                        VisionTrace* trace) const {
+// The patch grid of one image: each patch's row and column in merge-block order (the same for every frame).
+struct VisionTower::Grid {
+    int t = 0, h = 0, w = 0;
+    int64_t frame = 0, N = 0;  // patches per frame, patches in all
+    std::vector<int32_t> rows, cols;
+};
+
+VisionTower::Grid VisionTower::patch_grid(int grid_t, int grid_h, int grid_w) const {
     const int m = cfg_.spatial_merge_size;
     if (grid_t < 1 || grid_h < 1 || grid_w < 1 || grid_h % m != 0 || grid_w % m != 0)
         throw Error("vision tower: grid " + std::to_string(grid_t) + "x" + std::to_string(grid_h) + "x" +
                     std::to_string(grid_w) + " is not a whole number of " + std::to_string(m) + "x" +
                     std::to_string(m) + " merge blocks");
-    const int64_t H = cfg_.hidden_size, hd = head_dim_, heads = cfg_.num_heads;
-    const int64_t frame = static_cast<int64_t>(grid_h) * grid_w;
-    const int64_t N = frame * grid_t;
-    const size_t NH = static_cast<size_t>(N * H);
-    const bool fast = !reference_;
-    // The elementwise steps, row block by row block on the fast path (same arithmetic per row).
-    auto layer_norm = [&](const float* in, const LayerNormW& w, float* out) {
-        for_row_blocks(fast, N, H, [&](int64_t r0, int64_t r1) {
-            ops::layer_norm(in + r0 * H, r1 - r0, H, w.weight.data(), w.bias.data(), kNormEps, out + r0 * H);
-        });
-    };
-    auto add_rows = [&](float* acc, const float* y) {
-        for_row_blocks(fast, N, H, [&](int64_t r0, int64_t r1) {
-            add_inplace(acc + r0 * H, y + r0 * H, static_cast<size_t>((r1 - r0) * H));
-        });
-    };
-
-    // 1. Patch embedding.
-    std::vector<float> x(NH);
-    apply(patch_embed_, pixel_values, N, x.data());
-    if (trace) trace->patch_embed = x;
-
-    // Patch coordinates in merge-block order (the same for every frame).
-    std::vector<int32_t> rows(static_cast<size_t>(frame)), cols(static_cast<size_t>(frame));
-    {
-        size_t p = 0;
-        for (int bh = 0; bh < grid_h / m; ++bh)
-            for (int bw = 0; bw < grid_w / m; ++bw)
-                for (int ih = 0; ih < m; ++ih)
-                    for (int iw = 0; iw < m; ++iw, ++p) {
-                        rows[p] = bh * m + ih;
-                        cols[p] = bw * m + iw;
-                    }
-    }
-
-    // 2. Position embedding: bilinear (align_corners) interpolation of the learned grid, added.
-    {
-        const int S = grid_side_;
-        auto axis = [S](int i, int n, int& lo, int& hi, double& frac) {
-            const double pos = n > 1 ? static_cast<double>(i) * (S - 1) / (n - 1) : 0.0;
-            lo = static_cast<int>(pos);
-            hi = std::min(lo + 1, S - 1);
-            frac = pos - lo;
-        };
-        std::vector<float> pos(static_cast<size_t>(frame * H));
-        std::vector<double> acc(static_cast<size_t>(H));
-        for (int64_t p = 0; p < frame; ++p) {
-            int r0, r1, c0, c1;
-            double dr, dc;
-            axis(rows[p], grid_h, r0, r1, dr);
-            axis(cols[p], grid_w, c0, c1, dc);
-            const int idx[4] = {r0 * S + c0, r0 * S + c1, r1 * S + c0, r1 * S + c1};
-            const double wt[4] = {(1 - dr) * (1 - dc), (1 - dr) * dc, dr * (1 - dc), dr * dc};
-            std::fill(acc.begin(), acc.end(), 0.0);
-            for (int q = 0; q < 4; ++q) {
-                const float* e = pos_embed_.data() + static_cast<size_t>(idx[q]) * H;
-                for (int64_t d = 0; d < H; ++d) acc[d] += wt[q] * e[d];
-            }
-            for (int64_t d = 0; d < H; ++d) pos[p * H + d] = static_cast<float>(acc[d]);
-        }
-        for (int64_t t = 0; t < grid_t; ++t) add_inplace(x.data() + t * frame * H, pos.data(), pos.size());
-        if (trace) {
-            trace->pos_embed.clear();
-            for (int64_t t = 0; t < grid_t; ++t)
-                trace->pos_embed.insert(trace->pos_embed.end(), pos.begin(), pos.end());
-            trace->embeddings = x;
-        }
-    }
-
-    // 3. 2-D rotary tables: frequency i < hd/4 turns with the patch row, the next hd/4 with the column.
-    const int64_t half = hd / 2, quarter = hd / 4;
-    std::vector<float> cos_t(static_cast<size_t>(N * half)), sin_t(static_cast<size_t>(N * half));
-    {
-        std::vector<double> inv(static_cast<size_t>(quarter));
-        for (int64_t i = 0; i < quarter; ++i)
-            inv[i] = std::pow(kRopeTheta, -2.0 * static_cast<double>(i) / static_cast<double>(half));
-        for (int64_t n = 0; n < N; ++n) {
-            const int64_t p = n % frame;
-            for (int64_t i = 0; i < half; ++i) {
-                const double ang = i < quarter ? rows[p] * inv[i] : cols[p] * inv[i - quarter];
-                cos_t[n * half + i] = static_cast<float>(std::cos(ang));
-                sin_t[n * half + i] = static_cast<float>(std::sin(ang));
-            }
-        }
-        if (trace) {
-            trace->rotary_row_col.resize(static_cast<size_t>(N * 2));
-            trace->rotary_cos.resize(static_cast<size_t>(N * hd));
-            trace->rotary_sin.resize(static_cast<size_t>(N * hd));
-            for (int64_t n = 0; n < N; ++n) {
-                trace->rotary_row_col[n * 2] = rows[n % frame];
-                trace->rotary_row_col[n * 2 + 1] = cols[n % frame];
-                for (int64_t i = 0; i < hd; ++i) {
-                    trace->rotary_cos[n * hd + i] = cos_t[n * half + i % half];
-                    trace->rotary_sin[n * hd + i] = sin_t[n * half + i % half];
+    Grid g{grid_t, grid_h, grid_w, int64_t{grid_h} * grid_w, int64_t{grid_h} * grid_w * grid_t, {}, {}};
+    for (int bh = 0; bh < grid_h / m; ++bh)
+        for (int bw = 0; bw < grid_w / m; ++bw)
+            for (int ih = 0; ih < m; ++ih)
+                for (int iw = 0; iw < m; ++iw) {
+                    g.rows.push_back(bh * m + ih);
+                    g.cols.push_back(bw * m + iw);
                 }
-            }
+    return g;
+}
+
+void VisionTower::norm_rows(const float* in, const LayerNormW& w, int64_t rows, float* out) const {
+    const int64_t H = cfg_.hidden_size;
+    for_row_blocks(!reference_, rows, H, [&](int64_t r0, int64_t r1) {
+        ops::layer_norm(in + r0 * H, r1 - r0, H, w.weight.data(), w.bias.data(), kNormEps, out + r0 * H);
+    });
+}
+
+void VisionTower::add_rows(float* acc, const float* y, int64_t rows) const {
+    const int64_t H = cfg_.hidden_size;
+    for_row_blocks(!reference_, rows, H, [&](int64_t r0, int64_t r1) {
+        ops::add_inplace(acc + r0 * H, y + r0 * H, static_cast<size_t>((r1 - r0) * H));
+    });
+}
+
+// The learned position grid interpolated bilinearly (align_corners) to the image's patch grid, added to x.
+void VisionTower::add_position_embedding(const Grid& g, float* x, VisionTrace* trace) const {
+    const int S = grid_side_;
+    const int64_t H = cfg_.hidden_size;
+    auto axis = [S](int i, int n, int& lo, int& hi, double& frac) {
+        const double pos = n > 1 ? static_cast<double>(i) * (S - 1) / (n - 1) : 0.0;
+        lo = static_cast<int>(pos);
+        hi = std::min(lo + 1, S - 1);
+        frac = pos - lo;
+    };
+    std::vector<float> pos(static_cast<size_t>(g.frame * H));
+    std::vector<double> acc(static_cast<size_t>(H));
+    for (int64_t p = 0; p < g.frame; ++p) {
+        int r0, r1, c0, c1;
+        double dr, dc;
+        axis(g.rows[p], g.h, r0, r1, dr);
+        axis(g.cols[p], g.w, c0, c1, dc);
+        const int idx[4] = {r0 * S + c0, r0 * S + c1, r1 * S + c0, r1 * S + c1};
+        const double wt[4] = {(1 - dr) * (1 - dc), (1 - dr) * dc, dr * (1 - dc), dr * dc};
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int q = 0; q < 4; ++q) {
+            const float* e = pos_embed_.data() + static_cast<size_t>(idx[q]) * H;
+            for (int64_t d = 0; d < H; ++d) acc[d] += wt[q] * e[d];
+        }
+        for (int64_t d = 0; d < H; ++d) pos[p * H + d] = static_cast<float>(acc[d]);
+    }
+    for (int64_t t = 0; t < g.t; ++t) ops::add_inplace(x + t * g.frame * H, pos.data(), pos.size());
+    if (!trace) return;
+    trace->pos_embed.clear();
+    for (int64_t t = 0; t < g.t; ++t) trace->pos_embed.insert(trace->pos_embed.end(), pos.begin(), pos.end());
+    trace->embeddings.assign(x, x + g.N * H);
+}
+
+// 2-D rotary tables [N][head_dim/2]: frequency i < head_dim/4 turns with the patch row, the next head_dim/4
+// with the column (angles in double, as the reference's float64 grid).
+void VisionTower::rotary_tables(const Grid& g, std::vector<float>& cos_t, std::vector<float>& sin_t,
+                                VisionTrace* trace) const {
+    const int64_t hd = head_dim_, half = hd / 2, quarter = hd / 4;
+    cos_t.resize(static_cast<size_t>(g.N * half));
+    sin_t.resize(static_cast<size_t>(g.N * half));
+    std::vector<double> inv(static_cast<size_t>(quarter));
+    for (int64_t i = 0; i < quarter; ++i)
+        inv[i] = std::pow(kRopeTheta, -2.0 * static_cast<double>(i) / static_cast<double>(half));
+    for (int64_t n = 0; n < g.N; ++n) {
+        const int64_t p = n % g.frame;
+        for (int64_t i = 0; i < half; ++i) {
+            const double ang = i < quarter ? g.rows[p] * inv[i] : g.cols[p] * inv[i - quarter];
+            cos_t[n * half + i] = static_cast<float>(std::cos(ang));
+            sin_t[n * half + i] = static_cast<float>(std::sin(ang));
         }
     }
+    if (!trace) return;
+    trace->rotary_row_col.resize(static_cast<size_t>(g.N * 2));
+    trace->rotary_cos.resize(static_cast<size_t>(g.N * hd));
+    trace->rotary_sin.resize(static_cast<size_t>(g.N * hd));
+    for (int64_t n = 0; n < g.N; ++n) {
+        trace->rotary_row_col[n * 2] = g.rows[n % g.frame];
+        trace->rotary_row_col[n * 2 + 1] = g.cols[n % g.frame];
+        for (int64_t i = 0; i < hd; ++i) {
+            trace->rotary_cos[n * hd + i] = cos_t[n * half + i % half];
+            trace->rotary_sin[n * hd + i] = sin_t[n * half + i % half];
+        }
+    }
+}
 
-    // 4. Blocks.
-    std::vector<float> xn(NH), qkv(static_cast<size_t>(N * 3 * H)), attn(NH), tmp(NH), attn_scratch;
-    const int64_t I = cfg_.intermediate_size;
-    std::vector<float> mid(static_cast<size_t>(std::min<int64_t>(N, kMlpRowChunk) * I));
+// x += proj(attn(rope2d(qkv(LN1(x))))): bidirectional attention within each frame.
+void VisionTower::attention_block(const Block& b, const Grid& g, float* x, BlockScratch& s,
+                                  VisionTrace::Block* tb) const {
+    const int64_t H = cfg_.hidden_size, hd = head_dim_, heads = cfg_.num_heads, N = g.N, half = hd / 2;
+    const size_t NH = static_cast<size_t>(N * H);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    if (trace) trace->blocks.assign(blocks_.size(), {});
-    for (size_t l = 0; l < blocks_.size(); ++l) {
-        const Block& b = blocks_[l];
-        layer_norm(x.data(), b.norm1, xn.data());
-        apply(b.qkv, xn.data(), N, qkv.data());
-        // q and k rotate in place inside the packed [q | k | v] rows (q and k heads are adjacent: 2·heads
-        // heads of hd per row).
-        for_row_blocks(fast, N, 2 * H, [&](int64_t r0, int64_t r1) {
-            ops::rope_apply(qkv.data() + r0 * 3 * H, r1 - r0, static_cast<int>(2 * heads),
-                            static_cast<int>(hd), 3 * H, static_cast<int>(hd), cos_t.data() + r0 * half,
-                            sin_t.data() + r0 * half);
-        });
-        // Bidirectional attention within each frame of the image.
-        for (int64_t t = 0; t < grid_t; ++t) {
-            const float* base = qkv.data() + t * frame * 3 * H;
-            if (fast)
-                frame_attention_fast(base, frame, heads, hd, scale, attn.data() + t * frame * H,
-                                     attn_scratch);
+    norm_rows(x, b.norm1, N, s.xn.data());
+    b.qkv.forward(s.xn.data(), N, s.qkv.data());
+    // q and k rotate in place inside the packed [q | k | v] rows (2·heads adjacent heads of hd per row).
+    for_row_blocks(!reference_, N, 2 * H, [&](int64_t r0, int64_t r1) {
+        ops::rope_apply(s.qkv.data() + r0 * 3 * H, r1 - r0, static_cast<int>(2 * heads), static_cast<int>(hd),
+                        3 * H, static_cast<int>(hd), s.cos.data() + r0 * half, s.sin.data() + r0 * half);
+    });
+    for (int64_t t = 0; t < g.t; ++t) {
+        const float* base = s.qkv.data() + t * g.frame * 3 * H;
+        float* out = s.attn.data() + t * g.frame * H;
+        if (!reference_)
+            frame_attention_fast(base, g.frame, heads, hd, scale, out, s.attn_scratch);
+        else
+            ops::attention(base, 3 * H, base + H, 3 * H, base + 2 * H, 3 * H, g.frame, g.frame,
+                           static_cast<int>(heads), static_cast<int>(heads), static_cast<int>(hd), scale,
+                           false, out, H);
+    }
+    b.proj.forward(s.attn.data(), N, s.tmp.data());
+    if (tb) {
+        tb->norm1 = s.xn;
+        tb->q_rope.resize(NH);
+        tb->k_rope.resize(NH);
+        tb->v.resize(NH);
+        for (int64_t n = 0; n < N; ++n) {
+            std::copy_n(s.qkv.data() + n * 3 * H, H, tb->q_rope.data() + n * H);
+            std::copy_n(s.qkv.data() + n * 3 * H + H, H, tb->k_rope.data() + n * H);
+            std::copy_n(s.qkv.data() + n * 3 * H + 2 * H, H, tb->v.data() + n * H);
+        }
+        tb->attn = s.attn;
+        tb->attn_out = s.tmp;
+    }
+    add_rows(x, s.tmp.data(), N);
+}
+
+// x += fc2(act(fc1(LN2(x)))), in slices of kMlpRowChunk rows.
+void VisionTower::mlp_block(const Block& b, int64_t N, float* x, BlockScratch& s,
+                            VisionTrace::Block* tb) const {
+    const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
+    norm_rows(x, b.norm2, N, s.xn.data());
+    for (int64_t r0 = 0; r0 < N; r0 += kMlpRowChunk) {
+        const int64_t rn = std::min(kMlpRowChunk, N - r0);
+        b.fc1.forward(s.xn.data() + r0 * H, rn, s.mid.data());
+        for_row_blocks(!reference_, rn, I, [&](int64_t i0, int64_t i1) {
+            float* p = s.mid.data() + i0 * I;
+            const int64_t n = (i1 - i0) * I;
+            if (!act_tanh_)
+                ops::gelu_erf_inplace(p, n);
+            else if (!reference_)
+                gelu_tanh_span(p, n);
             else
-                ops::attention(base, 3 * H, base + H, 3 * H, base + 2 * H, 3 * H, frame, frame,
-                               static_cast<int>(heads), static_cast<int>(heads), static_cast<int>(hd), scale,
-                               false, attn.data() + t * frame * H, H);
-        }
-        apply(b.proj, attn.data(), N, tmp.data());
-        if (trace) {
-            VisionTrace::Block& tb = trace->blocks[l];
-            tb.norm1 = xn;
-            tb.q_rope.resize(NH);
-            tb.k_rope.resize(NH);
-            tb.v.resize(NH);
-            for (int64_t n = 0; n < N; ++n) {
-                std::copy_n(qkv.data() + n * 3 * H, H, tb.q_rope.data() + n * H);
-                std::copy_n(qkv.data() + n * 3 * H + H, H, tb.k_rope.data() + n * H);
-                std::copy_n(qkv.data() + n * 3 * H + 2 * H, H, tb.v.data() + n * H);
-            }
-            tb.attn = attn;
-            tb.attn_out = tmp;
-        }
-        add_rows(x.data(), tmp.data());
-
-        layer_norm(x.data(), b.norm2, xn.data());
-        for (int64_t r0 = 0; r0 < N; r0 += kMlpRowChunk) {
-            const int64_t rn = std::min(kMlpRowChunk, N - r0);
-            apply(b.fc1, xn.data() + r0 * H, rn, mid.data());
-            for_row_blocks(fast, rn, I, [&](int64_t i0, int64_t i1) {
-                float* p = mid.data() + i0 * I;
-                const int64_t n = (i1 - i0) * I;
-                if (!act_tanh_)
-                    ops::gelu_erf_inplace(p, n);
-                else if (fast)
-                    gelu_tanh_span(p, n);
-                else
-                    ops::gelu_tanh_inplace(p, n);
-            });
-            apply(b.fc2, mid.data(), rn, tmp.data() + r0 * H);
-        }
-        add_rows(x.data(), tmp.data());
-        if (trace) {
-            VisionTrace::Block& tb = trace->blocks[l];
-            tb.norm2 = xn;
-            tb.mlp_out = tmp;
-            tb.block_out = x;
-        }
+                ops::gelu_tanh_inplace(p, n);
+        });
+        b.fc2.forward(s.mid.data(), rn, s.tmp.data() + r0 * H);
     }
+    add_rows(x, s.tmp.data(), N);
+    if (tb) {
+        tb->norm2 = s.xn;
+        tb->mlp_out = s.tmp;
+        tb->block_out.assign(x, x + N * H);
+    }
+}
 
-    // 5. Merger: LayerNorm per patch, m x m consecutive rows concatenated, fc1, exact GELU, fc2.
-    layer_norm(x.data(), merger_norm_, xn.data());
-    const int64_t M2 = static_cast<int64_t>(m) * m, T = N / M2;
+// LayerNorm per patch, m x m consecutive rows concatenated, fc1, exact GELU, fc2.
+std::vector<float> VisionTower::merge(const float* x, int64_t N, BlockScratch& s, VisionTrace* trace) const {
+    const int64_t H = cfg_.hidden_size, M2 = int64_t{cfg_.spatial_merge_size} * cfg_.spatial_merge_size;
+    const int64_t T = N / M2;
+    norm_rows(x, merger_norm_, N, s.xn.data());
     std::vector<float> h1(static_cast<size_t>(T * M2 * H));
-    apply(merger_fc1_, xn.data(), T, h1.data());  // xn viewed as [T][M2·H]
-    if (trace) {
-        trace->merger_norm = xn;
-        trace->merger_in = xn;
-    }
-    for_row_blocks(fast, T, M2 * H, [&](int64_t r0, int64_t r1) {
+    merger_fc1_.forward(s.xn.data(), T, h1.data());  // xn viewed as [T][M2·H]
+    if (trace) trace->merger_norm = trace->merger_in = s.xn;
+    for_row_blocks(!reference_, T, M2 * H, [&](int64_t r0, int64_t r1) {
         ops::gelu_erf_inplace(h1.data() + r0 * M2 * H, (r1 - r0) * M2 * H);
     });
     if (trace) trace->merger_fc1_gelu = h1;
     std::vector<float> out(static_cast<size_t>(T * cfg_.out_hidden_size));
-    apply(merger_fc2_, h1.data(), T, out.data());
+    merger_fc2_.forward(h1.data(), T, out.data());
     if (trace) trace->merged = out;
     return out;
+}
+
+std::vector<float> VisionTower::forward(const float* pixel_values, int grid_t, int grid_h, int grid_w,
+                                        VisionTrace* trace) const {
+    const Grid g = patch_grid(grid_t, grid_h, grid_w);
+    const int64_t H = cfg_.hidden_size, N = g.N;
+    std::vector<float> x(static_cast<size_t>(N * H));
+    patch_embed_.forward(pixel_values, N, x.data());
+    if (trace) trace->patch_embed = x;
+    add_position_embedding(g, x.data(), trace);
+    BlockScratch s;
+    rotary_tables(g, s.cos, s.sin, trace);
+    s.xn.resize(x.size());
+    s.attn.resize(x.size());
+    s.tmp.resize(x.size());
+    s.qkv.resize(static_cast<size_t>(N * 3 * H));
+    s.mid.resize(static_cast<size_t>(std::min<int64_t>(N, kMlpRowChunk) * cfg_.intermediate_size));
+    if (trace) trace->blocks.assign(blocks_.size(), {});
+    for (size_t l = 0; l < blocks_.size(); ++l) {
+        VisionTrace::Block* tb = trace ? &trace->blocks[l] : nullptr;
+        attention_block(blocks_[l], g, x.data(), s, tb);
+        mlp_block(blocks_[l], N, x.data(), s, tb);
+    }
+    return merge(x.data(), N, s, trace);
 }
 
 }  // namespace clef

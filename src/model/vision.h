@@ -11,16 +11,16 @@
 // packed once at load from the checkpoint's own dtype (Precision::Exact: fp32-accurate), the attention in
 // blocks of queries on ops::small_gemm_acc (bidirectional, per frame), and the norms and activations on all
 // kernel threads (ops::num_threads()). The reference path (reference = true, the oracle the fast path is
-// tested against) keeps fp32 copies of the weights and runs VisionTower::linear, ops::attention and the
-// scalar ops.
+// tested against) runs the projections as model/linear.h's reference path, ops::attention and the scalar ops.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
+#include "io/weight_source.h"
 #include "model/config.h"
+#include "model/linear.h"
 #include "ops/gemm.h"
 
 namespace clef {
@@ -57,11 +57,11 @@ public:
     // (clef::Error naming the tensor). Fast path: the matrices are packed (BF16/F16 kept as they are, other
     // dtypes through fp32) and no fp32 copy is kept; reference = true: every tensor converted to fp32.
     // The checkpoint need not outlive the tower.
-    VisionTower(const VisionConfig& cfg, const Checkpoint& ckpt, const std::string& prefix = "model.visual.",
-                bool reference = false);
+    VisionTower(const VisionConfig& cfg, const WeightSource& ckpt,
+                const std::string& prefix = "model.visual.", bool reference = false);
 
     // Whether the checkpoint holds a vision tower under prefix (its patch embedding).
-    static bool in_checkpoint(const Checkpoint& ckpt, const std::string& prefix = "model.visual.");
+    static bool in_checkpoint(const WeightSource& ckpt, const std::string& prefix = "model.visual.");
     // Whether a model directory has a vision tower: a vision_config in config.json and the tower's weights.
     // Throws clef::Error when the directory, its config or its weights cannot be read.
     static bool in_model_dir(const std::string& model_dir);
@@ -78,16 +78,6 @@ public:
     std::vector<float> forward(const float* pixel_values, int grid_t, int grid_h, int grid_w,
                                VisionTrace* trace = nullptr) const;
 
-    struct Linear {
-        std::vector<float> weight;  // [out][in] (reference path; empty on the fast path)
-        std::vector<float> bias;    // [out]
-        int64_t in = 0, out = 0;
-        ops::PackedLinear packed;  // the fast path's weights (empty on the reference path)
-    };
-    // y[rows][out] = x[rows][in] · Wᵀ + b on the reference path's fp32 weights: the tower's scalar matrix
-    // product (tiled loops, OpenMP threads), the oracle for the packed one.
-    static void linear(const float* x, int64_t rows, const Linear& l, float* y);
-
 private:
     struct LayerNormW {
         std::vector<float> weight, bias;
@@ -97,8 +87,22 @@ private:
         Linear qkv, proj, fc1, fc2;
     };
 
-    // y = x · Wᵀ + b on this tower's path (packed or reference).
-    void apply(const Linear& l, const float* x, int64_t rows, float* y) const;
+    struct Grid;  // the patch grid of one image (vision.cpp)
+    // Buffers one forward pass reuses across blocks.
+    struct BlockScratch {
+        std::vector<float> xn, qkv, attn, tmp, mid, attn_scratch;
+        std::vector<float> cos, sin;  // the rotary tables [N][head_dim/2]
+    };
+    Grid patch_grid(int grid_t, int grid_h, int grid_w) const;
+    void norm_rows(const float* in, const LayerNormW& w, int64_t rows, float* out) const;
+    void add_rows(float* acc, const float* y, int64_t rows) const;
+    void add_position_embedding(const Grid& g, float* x, VisionTrace* trace) const;
+    void rotary_tables(const Grid& g, std::vector<float>& cos_t, std::vector<float>& sin_t,
+                       VisionTrace* trace) const;
+    void attention_block(const Block& b, const Grid& g, float* x, BlockScratch& s,
+                         VisionTrace::Block* tb) const;
+    void mlp_block(const Block& b, int64_t N, float* x, BlockScratch& s, VisionTrace::Block* tb) const;
+    std::vector<float> merge(const float* x, int64_t N, BlockScratch& s, VisionTrace* trace) const;
 
     VisionConfig cfg_;
     bool reference_ = false;

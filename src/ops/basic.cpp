@@ -93,6 +93,10 @@ void rms_norm(const float* x, int64_t rows, int64_t d, const float* w, float eps
 float sigmoid(float x) {
     return 1.f / (1.f + std::exp(-x));
 }
+void add_inplace(float* x, const float* y, size_t n) {
+    for (size_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
 float silu(float x) {
     return x * sigmoid(x);
 }

@@ -2,6 +2,7 @@
 // Layouts are row-major; a "linear" weight is stored [out][in] as in PyTorch.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -19,6 +20,9 @@ void layer_norm(const float* x, int64_t rows, int64_t d, const float* w, const f
 void rms_norm_zc(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* y);
 // Plain-weight RMSNorm: y = x * rsqrt(mean(x^2) + eps) * w (w may be null = ones).
 void rms_norm(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* y);
+
+// x[i] += y[i] (the residual adds).
+void add_inplace(float* x, const float* y, size_t n);
 
 float silu(float x);
 float sigmoid(float x);

@@ -1,24 +1,15 @@
 #include "quant/quant.h"
-// gcc 12 reports its own intrinsics (_mm512_undefined_* self-initialisation) as (maybe-)uninitialized.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-#include "ops/cpu.h"
 #include "ops/quant_blocks.h"
+#include "ops/quant_kernels.h"
 #include "util/error.h"
 #include "util/half.h"
 #include "util/mmap.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#define CLEF_QUANT_SIMD 1
-#define CLEF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
-#endif
 
 namespace clef {
 
@@ -313,228 +304,20 @@ void quant_minmax(const float* x, Block* b, int64_t nb) {
 // ---- K-quant scale searches
 // ---------------------------------------------------------------------------------
 //
-// The K types pick each sub-block's scale (and min) by a small grid search. Two kernels evaluate a candidate:
-// the scalar reference below and an AVX-512 one that computes the same numbers: sums over a sub-block (16 or
-// 32 values) accumulate in 16 fp32 lanes (value i in lane i % 16, added in order of i) reduced in a fixed
-// pairwise order, integer sums are exact, and levels clamp in float before rounding (NaN -> the lower bound),
-// as the vector min / max instructions do. The two kernels give identical blocks (tests/test_quant.cpp), so a
-// file's bytes do not depend on the CPU that wrote it.
-
-struct LevelStats {
-    int sl = 0, sll = 0;  // sum of levels, of squared levels
-    float slx = 0;        // sum of level * x (lane order)
-};
-
-// The fixed-order reduction of 16 lanes.
-float lane_sum(const float* v) {
-    float b[8], c[4];
-    for (int i = 0; i < 8; ++i) b[i] = v[i] + v[i + 8];
-    for (int i = 0; i < 4; ++i) c[i] = b[i] + b[i + 4];
-    return (c[0] + c[2]) + (c[1] + c[3]);
-}
-
-// max / min with the vector instructions' semantics (the second operand when either is NaN).
-inline float vmax(float a, float b) {
-    return a > b ? a : b;
-}
-inline float vmin(float a, float b) {
-    return a < b ? a : b;
-}
-inline float level(float v, float lo, float hi) {
-    return std::nearbyint(vmin(vmax(v, lo), hi));
-}
-
-struct ScalarSearch {
-    // Affine levels l = clamp(round(k * (x - c)), 0, nmax) of n values.
-    static LevelStats affine_stats(const float* x, int n, float k, float c, float nmax) {
-        LevelStats st;
-        float lanes[16] = {};
-        for (int i = 0; i < n; ++i) {
-            const float l = level(k * (x[i] - c), 0.f, nmax);
-            const int li = static_cast<int>(l);
-            st.sl += li;
-            st.sll += li * li;
-            lanes[i & 15] += l * x[i];
-        }
-        st.slx = lane_sum(lanes);
-        return st;
-    }
-    // Squared error of s * l + c - x with those levels.
-    static float affine_err(const float* x, int n, float k, float c, float nmax, float s) {
-        float lanes[16] = {};
-        for (int i = 0; i < n; ++i) {
-            const float diff = s * level(k * (x[i] - c), 0.f, nmax) + c - x[i];
-            lanes[i & 15] += diff * diff;
-        }
-        return lane_sum(lanes);
-    }
-    // Symmetric levels l = clamp(round(x / s), -32, 31) of 16 values: sll and slx.
-    static LevelStats sym_stats(const float* x, float s) {
-        LevelStats st;
-        float lanes[16] = {};
-        for (int i = 0; i < 16; ++i) {
-            const float l = level(x[i] / s, -32.f, 31.f);
-            st.sll += static_cast<int>(l) * static_cast<int>(l);
-            lanes[i] += l * x[i];
-        }
-        st.slx = lane_sum(lanes);
-        return st;
-    }
-    static float sym_err(const float* x, float s) {
-        float lanes[16] = {};
-        for (int i = 0; i < 16; ++i) {
-            const float diff = s * level(x[i] / s, -32.f, 31.f) - x[i];
-            lanes[i] += diff * diff;
-        }
-        return lane_sum(lanes);
-    }
-};
-
-#ifdef CLEF_QUANT_SIMD
-struct SimdSearch {
-    CLEF_AVX512 static __m512 level(__m512 v, __m512 lo, __m512 hi) {
-        return _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(v, lo), hi),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    }
-    // lane_sum in registers, same order.
-    CLEF_AVX512 static float reduce(__m512 v) {
-        const __m256 b = _mm256_add_ps(_mm512_castps512_ps256(v),
-                                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-        const __m128 c = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
-        const __m128 d = _mm_add_ps(c, _mm_movehl_ps(c, c));
-        return _mm_cvtss_f32(_mm_add_ss(d, _mm_shuffle_ps(d, d, 1)));
-    }
-    CLEF_AVX512 static LevelStats affine_stats(const float* x, int n, float k, float c, float nmax) {
-        const __m512 kv = _mm512_set1_ps(k), cv = _mm512_set1_ps(c), lo = _mm512_setzero_ps(),
-                     hi = _mm512_set1_ps(nmax);
-        __m512 slx = _mm512_setzero_ps();
-        __m512i sl = _mm512_setzero_si512(), sll = _mm512_setzero_si512();
-        for (int i = 0; i < n; i += 16) {
-            const __m512 xv = _mm512_loadu_ps(x + i);
-            const __m512 l = level(_mm512_mul_ps(kv, _mm512_sub_ps(xv, cv)), lo, hi);
-            const __m512i li = _mm512_cvtps_epi32(l);
-            sl = _mm512_add_epi32(sl, li);
-            sll = _mm512_add_epi32(sll, _mm512_mullo_epi32(li, li));
-            slx = _mm512_add_ps(slx, _mm512_mul_ps(l, xv));
-        }
-        return {_mm512_reduce_add_epi32(sl), _mm512_reduce_add_epi32(sll), reduce(slx)};
-    }
-    CLEF_AVX512 static float affine_err(const float* x, int n, float k, float c, float nmax, float s) {
-        const __m512 kv = _mm512_set1_ps(k), cv = _mm512_set1_ps(c), sv = _mm512_set1_ps(s),
-                     lo = _mm512_setzero_ps(), hi = _mm512_set1_ps(nmax);
-        __m512 e = _mm512_setzero_ps();
-        for (int i = 0; i < n; i += 16) {
-            const __m512 xv = _mm512_loadu_ps(x + i);
-            const __m512 l = level(_mm512_mul_ps(kv, _mm512_sub_ps(xv, cv)), lo, hi);
-            const __m512 diff = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(sv, l), cv), xv);
-            e = _mm512_add_ps(e, _mm512_mul_ps(diff, diff));
-        }
-        return reduce(e);
-    }
-    CLEF_AVX512 static LevelStats sym_stats(const float* x, float s) {
-        const __m512 xv = _mm512_loadu_ps(x);
-        const __m512 l =
-            level(_mm512_div_ps(xv, _mm512_set1_ps(s)), _mm512_set1_ps(-32.f), _mm512_set1_ps(31.f));
-        const __m512i li = _mm512_cvtps_epi32(l);
-        LevelStats st;
-        st.sll = _mm512_reduce_add_epi32(_mm512_mullo_epi32(li, li));
-        st.slx = reduce(_mm512_add_ps(_mm512_setzero_ps(), _mm512_mul_ps(l, xv)));
-        return st;
-    }
-    CLEF_AVX512 static float sym_err(const float* x, float s) {
-        const __m512 xv = _mm512_loadu_ps(x), sv = _mm512_set1_ps(s);
-        const __m512 l = level(_mm512_div_ps(xv, sv), _mm512_set1_ps(-32.f), _mm512_set1_ps(31.f));
-        const __m512 diff = _mm512_sub_ps(_mm512_mul_ps(sv, l), xv);
-        return reduce(_mm512_add_ps(_mm512_setzero_ps(), _mm512_mul_ps(diff, diff)));
-    }
-};
-#endif
-
-// Best (scale, min) with x ≈ scale * L - min, L in [0, nmax], for one 32-value sub-block: a grid search over
-// the scale around (max - min) / nmax, each candidate refined by a least-squares fit of scale and min to its
-// levels (the approach of ggml's make_qkx2_quants, written from the format's definition). min >= 0.
-template <class K>
-[[gnu::always_inline]] inline void fit_scale_min_with(const float* x, int nmax, float& scale,
-                                                      float& min_out) {
-    constexpr int n = 32;
-    float lo = x[0], hi = x[0], sx_lanes[16] = {};
-    for (int i = 0; i < n; ++i) {
-        lo = std::min(lo, x[i]), hi = std::max(hi, x[i]);
-        sx_lanes[i & 15] += x[i];
-    }
-    lo = std::min(lo, 0.f);
-    if (!(hi > lo)) {
-        scale = 0;
-        min_out = -lo;
-        return;
-    }
-    const float fmax = static_cast<float>(nmax), sx = lane_sum(sx_lanes);
-    // (No lambda here: a lambda would be compiled for the default target, and could not inline the AVX-512
-    // kernels.)
-    float best_s = (hi - lo) / fmax, best_m = lo;
-    float best_e = K::affine_err(x, n, 1.f / best_s, best_m, fmax, best_s);
-    for (int step = -8; step <= 12; ++step) {
-        const float iscale = (fmax + 0.1f * static_cast<float>(step)) / (hi - lo);
-        // Levels for this candidate, then least squares for (s, m) with x ≈ s*l + m.
-        const LevelStats st = K::affine_stats(x, n, iscale, lo, fmax);
-        const double sl = st.sl, sll = st.sll;
-        const double det = n * sll - sl * sl;
-        if (det <= 0) continue;
-        float s = static_cast<float>((n * static_cast<double>(st.slx) - sl * sx) / det);
-        float m = static_cast<float>((sll * sx - sl * static_cast<double>(st.slx)) / det);
-        if (m > 0) {  // the format's min is subtracted and non-negative: clamp and refit the scale
-            m = 0;
-            s = sll > 0 ? static_cast<float>(st.slx / sll) : 0.f;
-        }
-        if (!(s > 0)) continue;
-        const float e = K::affine_err(x, n, 1.f / s, m, fmax, s);
-        if (e < best_e) best_e = e, best_s = s, best_m = m;
-    }
-    scale = best_s;
-    min_out = -best_m;
-}
-
-// Symmetric 16-value sub-block scale for Q6_K (levels -32..31): over a small grid around amax / 32, the
-// least-squares refit of each candidate's levels, keeping the one with the smallest squared error.
-template <class K>
-[[gnu::always_inline]] inline float fit_scale_sym_with(const float* x) {
-    float amax = 0, vmax_ = 0;
-    for (int i = 0; i < 16; ++i)
-        if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), vmax_ = x[i];
-    if (!(amax > 0) || !std::isfinite(amax)) return 0;
-    float best_s = vmax_ / -32.f, best_e = INFINITY;
-    for (int step = -9; step <= 9; ++step) {
-        const LevelStats st = K::sym_stats(x, vmax_ / (-32.f + 0.1f * static_cast<float>(step)));
-        if (st.sll <= 0) continue;
-        const float s2 = static_cast<float>(static_cast<double>(st.slx) / st.sll);
-        if (s2 == 0 || !std::isfinite(s2)) continue;
-        const float e = K::sym_err(x, s2);
-        if (e < best_e) best_e = e, best_s = s2;
-    }
-    return best_s;
-}
-
-#ifdef CLEF_QUANT_SIMD
-CLEF_AVX512 void fit_scale_min_simd(const float* x, int nmax, float& scale, float& min_out) {
-    fit_scale_min_with<SimdSearch>(x, nmax, scale, min_out);
-}
-CLEF_AVX512 float fit_scale_sym_simd(const float* x) {
-    return fit_scale_sym_with<SimdSearch>(x);
-}
-#endif
+// The K types pick each sub-block's scale (and min) by a small grid search: ops/quant_kernels.h's Highway
+// kernels (every CPU target) or their scalar reference, which give identical results (tests/test_kernels.cpp
+// compares them on every target, tests/test_quant.cpp whole rows), so a file's bytes do not depend on the CPU
+// that wrote it.
 
 void fit_scale_min(const float* x, int nmax, float& scale, float& min_out) {
-#ifdef CLEF_QUANT_SIMD
-    if (g_simd && quant_simd_available()) return fit_scale_min_simd(x, nmax, scale, min_out);
-#endif
-    fit_scale_min_with<ScalarSearch>(x, nmax, scale, min_out);
+    if (g_simd)
+        ops::fit_scale_min(x, nmax, scale, min_out);
+    else
+        ops::fit_scale_min_ref(x, nmax, scale, min_out);
 }
 
 float fit_scale_sym(const float* x) {
-#ifdef CLEF_QUANT_SIMD
-    if (g_simd && quant_simd_available()) return fit_scale_sym_simd(x);
-#endif
-    return fit_scale_sym_with<ScalarSearch>(x);
+    return g_simd ? ops::fit_scale_sym(x) : ops::fit_scale_sym_ref(x);
 }
 
 // Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scale and min, super-block fp16 d and dmin.
@@ -706,13 +489,9 @@ void dequantize_ref(GgmlType type, const void* src, float* y, int64_t n) {
     throw Error("ggml type " + ggml_type_name(static_cast<uint32_t>(type)) + " cannot be dequantised");
 }
 
+// The vector kernels (Highway) have a target on every CPU.
 bool quant_simd_available() {
-#if CLEF_QUANT_SIMD
-    static const bool ok = ops::cpu_features().has_avx512();
-    return ok;
-#else
-    return false;
-#endif
+    return true;
 }
 
 void set_quant_simd(bool enabled) {

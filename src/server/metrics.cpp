@@ -67,6 +67,21 @@ std::string ServerMetrics::render() const {
     compute_.render(out, "clef_compute_seconds");
     out += "# HELP clef_prompt_tokens_total Prompt tokens processed.\n# TYPE clef_prompt_tokens_total counter\n";
     out += "clef_prompt_tokens_total " + std::to_string(prompt_tokens_.load()) + "\n";
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        const auto line = [&](const char* name, const char* type, const char* help, uint64_t v) {
+            out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+                   name + " " + std::to_string(v) + "\n";
+        };
+        line("clef_state_cache_lookups_total", "counter", "Decisions that looked up the state cache.",
+             cache_.lookups);
+        line("clef_state_cache_hits_total", "counter", "Decisions that resumed a cached prompt prefix.",
+             cache_.hits);
+        line("clef_state_cache_tokens_reused_total", "counter", "Prompt tokens resumed from the state cache.",
+             cache_.tokens_reused);
+        line("clef_state_cache_bytes", "gauge", "Bytes the state cache holds.", cache_.bytes);
+        line("clef_state_cache_budget_bytes", "gauge", "The state cache's budget (0: off).", cache_.budget);
+    }
     out += "# HELP clef_queue_depth Decisions waiting for the worker.\n# TYPE clef_queue_depth gauge\n";
     out += "clef_queue_depth " + std::to_string(queue_depth_.load()) + "\n";
     out += "# HELP clef_dropped_total Queued decisions dropped because the client went away or timed out.\n"

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "decision/state_cache.h"
+
 namespace clef {
 
 class Histogram {
@@ -37,6 +39,10 @@ public:
     void count_dropped() { dropped_ += 1; }
     void set_model_load_seconds(double s) { load_seconds_ = s; }
     void set_ready(bool r) { ready_ = r; }
+    void set_state_cache(const StateCacheStats& s) {
+        std::lock_guard<std::mutex> lock(mu_);
+        cache_ = s;
+    }
 
     std::string render() const;
 
@@ -47,6 +53,7 @@ private:
     std::atomic<int64_t> prompt_tokens_{0}, queue_depth_{0}, dropped_{0};
     std::atomic<double> load_seconds_{0};
     std::atomic<bool> ready_{false};
+    StateCacheStats cache_;  // under mu_
 };
 
 }  // namespace clef

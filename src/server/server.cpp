@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "decision/engine.h"
+#include "decision/response.h"
 #include "image/image.h"
 #include "server/metrics.h"
 #include "server/peer.h"
@@ -46,35 +47,13 @@ const Route* find_route(const std::string& path) {
 
 JsonValue str(const std::string& s) { return JsonValue::string(s); }
 
-// {"detail": {"error_type": type, "message": message}} (message omitted when empty).
+// The System One error bodies (decision/response.h), as response text.
 std::string detail_object(const std::string& type, const std::string& message) {
-    JsonValue d = JsonValue::object();
-    d.set("error_type", str(type));
-    if (!message.empty()) d.set("message", str(message));
-    JsonValue body = JsonValue::object();
-    body.set("detail", std::move(d));
-    return write_json(body);
+    return write_json(error_detail(type, message));
 }
 
-// {"detail": "message"}
 std::string detail_string(const std::string& message) {
-    JsonValue body = JsonValue::object();
-    body.set("detail", str(message));
-    return write_json(body);
-}
-
-std::string validation_body(const std::vector<RequestError>& errors) {
-    std::vector<JsonValue> items;
-    for (const auto& e : errors) {
-        JsonValue item = JsonValue::object();
-        item.set("type", str(e.type));
-        item.set("loc", JsonValue::array(e.loc));
-        item.set("msg", str(e.message));
-        items.push_back(std::move(item));
-    }
-    JsonValue body = JsonValue::object();
-    body.set("detail", JsonValue::array(std::move(items)));
-    return write_json(body);
+    return write_json(error_detail_text(message));
 }
 
 // Content-Type policy (docs/API.md, "Limits and hostile input"): a body is JSON when the header is absent,
@@ -147,7 +126,20 @@ struct Outcome {
     int status = 0;  // 0 = dropped (client gone), nobody reads it
     std::string body;
     int tokens = 0;
+    int64_t tokens_reused = 0;  // from the state cache
     double queue_s = 0, compute_s = 0;
+};
+
+// Observes the latency of a /v1/systemone request and sets x-clef-total-ms when the handler returns.
+struct LatencyGuard {
+    ServerMetrics& m;
+    Clock::time_point t0;
+    httplib::Response& res;
+    ~LatencyGuard() {
+        const double s = seconds_since(t0);
+        m.observe_latency(s);
+        res.set_header("x-clef-total-ms", std::to_string(s * 1e3));
+    }
 };
 
 struct Job {
@@ -193,15 +185,31 @@ struct Server::Impl {
     }
 
     void setup_routes();
+    void configure_transport();
+    httplib::Server::HandlerResponse pre_route(const httplib::Request& req, httplib::Response& res);
+    bool refuse_content_length(const httplib::Request& req, httplib::Response& res);
+    bool refuse_unauthenticated(const httplib::Request& req, httplib::Response& res, bool has_body);
+    httplib::Server::HandlerResponse handle_error(const httplib::Request& req, httplib::Response& res);
+    void handle_exception(httplib::Response& res, std::exception_ptr ep);
+    void log_request(const httplib::Request& req, const httplib::Response& res);
     void handle_systemone(const httplib::Request& req, httplib::Response& res,
                           const httplib::ContentReader& read);
+    bool read_body(httplib::Response& res, const httplib::ContentReader& read, std::string& text);
+    bool parse_decision(const std::string& text, httplib::Response& res, DecisionRequest& dreq);
+    std::shared_ptr<Job> prepare_job(const httplib::Request& req, httplib::Response& res,
+                                     DecisionRequest&& dreq, Clock::time_point t0);
+    bool enqueue(const std::shared_ptr<Job>& job, httplib::Response& res);
+    void await_outcome(Job& job, std::future<Outcome>& fut, httplib::Response& res);
     void handle_models(httplib::Response& res);
     void worker_loop();
     void load();
-    Outcome run_job(Job& job);
+    struct Running;
+    bool admit(Job& job, Outcome& out);
+    bool advance(Running& r);
+    bool take_jobs(std::vector<Running>& running);
 };
 
-void Server::Impl::setup_routes() {
+void Server::Impl::configure_transport() {
     TransportLimits tl;
     tl.http_threads = static_cast<size_t>(std::max(1, opt.http_threads));
     tl.request_deadline = std::chrono::milliseconds(static_cast<int64_t>(opt.request_read_timeout_s * 1e3));
@@ -213,51 +221,12 @@ void Server::Impl::setup_routes() {
     http.set_read_timeout(static_cast<time_t>(opt.io_timeout_s), 0);
     http.set_write_timeout(static_cast<time_t>(opt.io_timeout_s), 0);
     http.set_payload_max_length(opt.max_body_bytes);
+}
 
-    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-        res.set_header("x-typesafe-request-id", request_id_for(req));
-        // Runs before the body is read: a refusal here leaves the body unread, so the connection is closed
-        // after the response instead of parsing the rest as the next request.
-        const bool has_body = req.has_header("Content-Length") || req.has_header("Transfer-Encoding");
-        const std::string length = req.get_header_value("Content-Length");
-        if (!length.empty() &&
-            (length.size() > 19 || length.find_first_not_of("0123456789") != std::string::npos ||
-             std::stoull(length) > opt.max_body_bytes)) {
-            HardenedHttpServer::close_after_response(res);
-            bool digits = length.find_first_not_of("0123456789") == std::string::npos;
-            if (!digits) {
-                respond(res, 400, detail_object("api_usage_error", "Invalid Content-Length."));
-            } else {
-                respond(res, 413,
-                        detail_object("api_usage_error", "Request body is larger than " +
-                                                             std::to_string(opt.max_body_bytes) + " bytes."));
-            }
-            return httplib::Server::HandlerResponse::Handled;
-        }
-        if (!opt.api_keys.empty() && req.path.rfind("/v1/", 0) == 0) {
-            std::string auth = req.get_header_value("Authorization");
-            if (auth.empty()) {
-                if (has_body) HardenedHttpServer::close_after_response(res);
-                respond(res, 403,
-                        detail_object("authentication_error",
-                                      "Must supply an API key! Check your request and try again."));
-                return httplib::Server::HandlerResponse::Handled;
-            }
-            const std::string prefix = "Bearer ";
-            std::string given = auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0
-                                    ? auth.substr(prefix.size())
-                                    : std::string();
-            if (!key_matches(given, opt.api_keys)) {
-                if (has_body) HardenedHttpServer::close_after_response(res);
-                respond(res, 401,
-                        detail_object("authentication_error",
-                                      "Cannot authenticate with the server. Please check your API key and try "
-                                      "again."));
-                return httplib::Server::HandlerResponse::Handled;
-            }
-        }
-        return httplib::Server::HandlerResponse::Unhandled;
-    });
+void Server::Impl::setup_routes() {
+    configure_transport();
+    http.set_pre_routing_handler(
+        [this](const httplib::Request& req, httplib::Response& res) { return pre_route(req, res); });
 
     http.Post("/v1/systemone",
               [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
@@ -278,63 +247,129 @@ void Server::Impl::setup_routes() {
         res.set_content(metrics.render(), "text/plain; version=0.0.4");
     });
 
-    http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
-                                                                       httplib::Response& res) {
-        if (!res.has_header("x-typesafe-request-id")) res.set_header("x-typesafe-request-id", request_id_for(req));
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        // An error httplib produced itself (malformed request, body over the limit, URI or header too long):
-        // whatever is left of the request on the connection cannot be trusted.
-        if (res.status != 404) HardenedHttpServer::close_after_response(res);
-        if (res.status == 404) {
-            if (const Route* r = find_route(req.path)) {
-                res.set_header("Allow", r->method);
-                respond(res, 405, detail_string("Method Not Allowed"));
-            } else {
-                respond(res, 404, detail_string("Not Found"));
-            }
-        } else if ((res.status == 413 || res.status == 400) && req.path == "/v1/systemone" &&
-                   !json_content_type(req.get_header_value("Content-Type")) &&
-                   req.body.size() <= opt.max_body_bytes) {
-            // httplib refuses form bodies over 8 KiB and malformed multipart itself; the real problem is the
-            // media type.
-            respond(res, 415, detail_object("api_usage_error", kContentTypeMessage));
-        } else if (res.status == 413) {
-            respond(res, 413,
-                    detail_object("api_usage_error",
-                                  "Request body is larger than " + std::to_string(opt.max_body_bytes) + " bytes."));
-        } else if (res.status == 400) {
-            respond(res, 400, detail_object("api_usage_error", "Invalid request."));
-        } else {
-            respond(res, res.status, detail_string("HTTP " + std::to_string(res.status)));
-        }
+    http.set_error_handler(httplib::Server::HandlerWithResponse(
+        [this](const httplib::Request& req, httplib::Response& res) { return handle_error(req, res); }));
+    http.set_exception_handler([this](const httplib::Request&, httplib::Response& res,
+                                      std::exception_ptr ep) { handle_exception(res, ep); });
+    http.set_logger(
+        [this](const httplib::Request& req, const httplib::Response& res) { log_request(req, res); });
+}
+
+httplib::Server::HandlerResponse Server::Impl::pre_route(const httplib::Request& req,
+                                                         httplib::Response& res) {
+    res.set_header("x-typesafe-request-id", request_id_for(req));
+    // Runs before the body is read: a refusal here leaves the body unread, so the connection is closed
+    // after the response instead of parsing the rest as the next request.
+    const bool has_body = req.has_header("Content-Length") || req.has_header("Transfer-Encoding");
+    if (refuse_content_length(req, res) || refuse_unauthenticated(req, res, has_body))
         return httplib::Server::HandlerResponse::Handled;
-    }));
-    http.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "internal error";
-        try {
-            if (ep) std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-            what = e.what();
-        } catch (...) {
+    return httplib::Server::HandlerResponse::Unhandled;
+}
+
+// A Content-Length that is not a number (400) or over max_body_bytes (413): true when it answered.
+bool Server::Impl::refuse_content_length(const httplib::Request& req, httplib::Response& res) {
+    const std::string length = req.get_header_value("Content-Length");
+    if (length.empty()) return false;
+    const bool digits = length.find_first_not_of("0123456789") == std::string::npos;
+    if (digits && length.size() <= 19 && std::stoull(length) <= opt.max_body_bytes) return false;
+    HardenedHttpServer::close_after_response(res);
+    if (!digits) {
+        respond(res, 400, detail_object("api_usage_error", "Invalid Content-Length."));
+    } else {
+        respond(res, 413,
+                detail_object("api_usage_error", "Request body is larger than " +
+                                                     std::to_string(opt.max_body_bytes) + " bytes."));
+    }
+    return true;
+}
+
+// With API keys configured, /v1/ routes need "Authorization: Bearer <key>": true when it answered 403 or 401.
+bool Server::Impl::refuse_unauthenticated(const httplib::Request& req, httplib::Response& res,
+                                          bool has_body) {
+    if (opt.api_keys.empty() || req.path.rfind("/v1/", 0) != 0) return false;
+    std::string auth = req.get_header_value("Authorization");
+    if (auth.empty()) {
+        if (has_body) HardenedHttpServer::close_after_response(res);
+        respond(res, 403,
+                detail_object("authentication_error",
+                              "Must supply an API key! Check your request and try again."));
+        return true;
+    }
+    const std::string prefix = "Bearer ";
+    std::string given = auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0
+                            ? auth.substr(prefix.size())
+                            : std::string();
+    if (!key_matches(given, opt.api_keys)) {
+        if (has_body) HardenedHttpServer::close_after_response(res);
+        respond(
+            res, 401,
+            detail_object("authentication_error",
+                          "Cannot authenticate with the server. Please check your API key and try again."));
+        return true;
+    }
+    return false;
+}
+
+httplib::Server::HandlerResponse Server::Impl::handle_error(const httplib::Request& req,
+                                                            httplib::Response& res) {
+    if (!res.has_header("x-typesafe-request-id"))
+        res.set_header("x-typesafe-request-id", request_id_for(req));
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    // An error httplib produced itself (malformed request, body over the limit, URI or header too long):
+    // whatever is left of the request on the connection cannot be trusted.
+    if (res.status != 404) HardenedHttpServer::close_after_response(res);
+    if (res.status == 404) {
+        if (const Route* r = find_route(req.path)) {
+            res.set_header("Allow", r->method);
+            respond(res, 405, detail_string("Method Not Allowed"));
+        } else {
+            respond(res, 404, detail_string("Not Found"));
         }
-        respond(res, 500, detail_object("internal_error", what));
-    });
-    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-        const Route* r = find_route(req.path);
-        metrics.count_request(r ? r->path : "other", res.status);
-        if (!opt.log_requests) return;
-        JsonValue line = JsonValue::object();
-        line.set("id", str(res.get_header_value("x-typesafe-request-id")));
-        line.set("method", str(req.method));
-        line.set("path", str(r ? r->path : "other"));
-        line.set("status", JsonValue::integer(res.status));
-        for (const char* h : {"x-clef-input-tokens", "x-clef-queue-ms", "x-clef-compute-ms", "x-clef-total-ms"}) {
-            std::string v = res.get_header_value(h);
-            if (!v.empty()) line.set(std::string(h + 7), JsonValue::number(std::strtod(v.c_str(), nullptr)));
-        }
-        std::string s = write_json(line) + "\n";
-        std::fwrite(s.data(), 1, s.size(), stderr);
-    });
+    } else if ((res.status == 413 || res.status == 400) && req.path == "/v1/systemone" &&
+               !json_content_type(req.get_header_value("Content-Type")) &&
+               req.body.size() <= opt.max_body_bytes) {
+        // httplib refuses form bodies over 8 KiB and malformed multipart itself; the real problem is the
+        // media type.
+        respond(res, 415, detail_object("api_usage_error", kContentTypeMessage));
+    } else if (res.status == 413) {
+        respond(res, 413,
+                detail_object("api_usage_error", "Request body is larger than " +
+                                                     std::to_string(opt.max_body_bytes) + " bytes."));
+    } else if (res.status == 400) {
+        respond(res, 400, detail_object("api_usage_error", "Invalid request."));
+    } else {
+        respond(res, res.status, detail_string("HTTP " + std::to_string(res.status)));
+    }
+    return httplib::Server::HandlerResponse::Handled;
+}
+
+void Server::Impl::handle_exception(httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+        if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+        what = e.what();
+    } catch (...) {
+    }
+    respond(res, 500, detail_object("internal_error", what));
+}
+
+// Counts every request in the metrics; with log_requests, writes one JSON line per request on stderr.
+void Server::Impl::log_request(const httplib::Request& req, const httplib::Response& res) {
+    const Route* r = find_route(req.path);
+    metrics.count_request(r ? r->path : "other", res.status);
+    if (!opt.log_requests) return;
+    JsonValue line = JsonValue::object();
+    line.set("id", str(res.get_header_value("x-typesafe-request-id")));
+    line.set("method", str(req.method));
+    line.set("path", str(r ? r->path : "other"));
+    line.set("status", JsonValue::integer(res.status));
+    for (const char* h : {"x-clef-input-tokens", "x-clef-queue-ms", "x-clef-compute-ms", "x-clef-total-ms"}) {
+        std::string v = res.get_header_value(h);
+        if (!v.empty()) line.set(std::string(h + 7), JsonValue::number(std::strtod(v.c_str(), nullptr)));
+    }
+    std::string s = write_json(line) + "\n";
+    std::fwrite(s.data(), 1, s.size(), stderr);
 }
 
 void Server::Impl::handle_models(httplib::Response& res) {
@@ -370,16 +405,7 @@ void Server::Impl::handle_models(httplib::Response& res) {
 void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Response& res,
                                     const httplib::ContentReader& read) {
     const auto t0 = Clock::now();
-    struct LatencyGuard {
-        ServerMetrics& m;
-        Clock::time_point t0;
-        httplib::Response& res;
-        ~LatencyGuard() {
-            const double s = seconds_since(t0);
-            m.observe_latency(s);
-            res.set_header("x-clef-total-ms", std::to_string(s * 1e3));
-        }
-    } guard{metrics, t0, res};
+    LatencyGuard guard{metrics, t0, res};
 
     if (!ready) {
         HardenedHttpServer::close_after_response(res);  // the body stays unread
@@ -396,6 +422,18 @@ void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Respon
         return;
     }
     std::string text;
+    if (!read_body(res, read, text)) return;
+    DecisionRequest dreq;
+    if (!parse_decision(text, res, dreq)) return;
+    std::shared_ptr<Job> job = prepare_job(req, res, std::move(dreq), t0);
+    if (!job) return;
+    std::future<Outcome> fut = job->promise.get_future();
+    if (!enqueue(job, res)) return;
+    await_outcome(*job, fut, res);
+}
+
+// Reads the body, at most max_body_bytes of it; false when it answered 413 or 400.
+bool Server::Impl::read_body(httplib::Response& res, const httplib::ContentReader& read, std::string& text) {
     bool too_large = false;
     const bool complete = read([&](const char* data, size_t n) {
         if (text.size() + n > opt.max_body_bytes) {
@@ -405,16 +443,19 @@ void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Respon
         text.append(data, n);
         return true;
     });
-    if (!complete) {
-        HardenedHttpServer::close_after_response(res);
-        if (too_large)
-            respond(res, 413,
-                    detail_object("api_usage_error",
-                                  "Request body is larger than " + std::to_string(opt.max_body_bytes) + " bytes."));
-        else
-            respond(res, 400, detail_object("api_usage_error", "Incomplete or malformed request body."));
-        return;
-    }
+    if (complete) return true;
+    HardenedHttpServer::close_after_response(res);
+    if (too_large)
+        respond(res, 413,
+                detail_object("api_usage_error", "Request body is larger than " +
+                                                     std::to_string(opt.max_body_bytes) + " bytes."));
+    else
+        respond(res, 400, detail_object("api_usage_error", "Incomplete or malformed request body."));
+    return false;
+}
+
+// Parses and validates the request JSON into dreq (its model made canonical); false when it answered 400/422.
+bool Server::Impl::parse_decision(const std::string& text, httplib::Response& res, DecisionRequest& dreq) {
     JsonValue body;
     JsonParseError perr;
     JsonParseOptions popt;
@@ -424,25 +465,25 @@ void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Respon
                 detail_object("api_usage_error", perr.too_deep ? "Request JSON is nested deeper than " +
                                                                       std::to_string(opt.max_json_depth) + " levels."
                                                                 : "Request contains invalid JSON."));
-        return;
+        return false;
     }
-    DecisionRequest dreq;
     std::vector<RequestError> errors;
     if (!parse_request(body, dreq, errors, opt.limits)) {
-        if (!errors.empty() && errors[0].kind == RequestErrorKind::Usage)
-            respond(res, 400, detail_string(errors[0].message));
-        else if (!errors.empty() && errors[0].kind == RequestErrorKind::ApiUsage)
-            respond(res, 400, detail_object("api_usage_error", errors[0].message));
-        else
-            respond(res, 422, validation_body(errors));
-        return;
+        const auto [status, body] = request_error_response(errors);
+        respond(res, status, write_json(body));
+        return false;
     }
     if (!known_model(dreq.model)) {
         respond(res, 400, detail_object("api_usage_error", "Unknown model: " + dreq.model));
-        return;
+        return false;
     }
     dreq.model = opt.model_name;
+    return true;
+}
 
+// Encodes the prompt on this thread; null when the engine refused the request (answered 400).
+std::shared_ptr<Job> Server::Impl::prepare_job(const httplib::Request& req, httplib::Response& res,
+                                               DecisionRequest&& dreq, Clock::time_point t0) {
     auto job = std::make_shared<Job>();
     DecideOptions dopt;
     dopt.max_length = opt.max_tokens;
@@ -450,31 +491,40 @@ void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Respon
         job->prepared = engine->prepare(std::move(dreq), dopt);
     } catch (const PromptTooLong& e) {
         respond(res, 400, detail_object("max_tokens_exceeded", e.what()));
-        return;
+        return nullptr;
     } catch (const ImageError& e) {  // an image the processor refuses, or a literal <|image_pad|> in the text
         respond(res, 400, detail_object("api_usage_error", e.what()));
-        return;
+        return nullptr;
     }
     job->remote_addr = req.remote_addr;
     job->remote_port = req.remote_port;
     job->local_port = req.local_port;
     job->enqueued = Clock::now();
     job->deadline = t0 + std::chrono::milliseconds(static_cast<int64_t>(opt.request_timeout_s * 1e3));
-    std::future<Outcome> fut = job->promise.get_future();
+    return job;
+}
+
+// Hands the job to the worker; false when the queue is full (answered 529).
+bool Server::Impl::enqueue(const std::shared_ptr<Job>& job, httplib::Response& res) {
     {
         std::lock_guard<std::mutex> lock(qmu);
         if (queue.size() >= opt.queue_size) {
             res.set_header("retry-after", "1");
             res.set_header("retry-after-ms", "1000");
             respond(res, 529, detail_string("Overloaded"));
-            return;
+            return false;
         }
         queue.push_back(job);
         metrics.set_queue_depth(static_cast<int64_t>(queue.size()));
     }
     qcv.notify_one();
-    if (fut.wait_until(job->deadline) != std::future_status::ready) {
-        job->abandoned = true;
+    return true;
+}
+
+// Waits for the worker until the job's deadline (504 past it) and answers with its outcome.
+void Server::Impl::await_outcome(Job& job, std::future<Outcome>& fut, httplib::Response& res) {
+    if (fut.wait_until(job.deadline) != std::future_status::ready) {
+        job.abandoned = true;
         respond(res, 504,
                 detail_object("timeout", "The decision did not finish within " +
                                              std::to_string(static_cast<int>(opt.request_timeout_s)) + " s."));
@@ -485,62 +535,110 @@ void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Respon
         res.set_header("x-clef-input-tokens", std::to_string(out.tokens));
         res.set_header("x-clef-queue-ms", std::to_string(out.queue_s * 1e3));
         res.set_header("x-clef-compute-ms", std::to_string(out.compute_s * 1e3));
-        char timing[96];
-        std::snprintf(timing, sizeof timing, "queue;dur=%.3f, compute;dur=%.3f", out.queue_s * 1e3,
-                      out.compute_s * 1e3);
+        char timing[160];
+        std::snprintf(timing, sizeof timing,
+                      "queue;dur=%.3f, compute;dur=%.3f, cache;desc=\"%lld tokens reused\"",
+                      out.queue_s * 1e3, out.compute_s * 1e3, static_cast<long long>(out.tokens_reused));
         res.set_header("Server-Timing", timing);
     }
     respond(res, out.status == 0 ? 499 : out.status, out.body);
 }
 
-Outcome Server::Impl::run_job(Job& job) {
-    Outcome out;
+// Whether a job taken from the queue still wants an answer: false (with its outcome set) when its client went
+// away or its deadline passed while it waited.
+bool Server::Impl::admit(Job& job, Outcome& out) {
     out.queue_s = seconds_since(job.enqueued);
     metrics.observe_queue_wait(out.queue_s);
-    if (job.abandoned) return out;
+    if (job.abandoned) return false;
     if (Clock::now() > job.deadline) {
         metrics.count_dropped();
         out.status = 504;
         out.body = detail_object("timeout", "The decision timed out in the queue.");
-        return out;
+        return false;
     }
     if (!peer_connected(job.remote_addr, job.remote_port, job.local_port)) {
         metrics.count_dropped();
-        return out;  // status 0: the client went away before its turn
+        return false;  // status 0: the client went away before its turn
     }
-    const auto t = Clock::now();
-    DecideOptions dopt;
-    dopt.max_length = opt.max_tokens;
-    dopt.answers = opt.answers;
-    dopt.backbone = opt.backbone;
-    dopt.threads = opt.threads;
-    try {
-        Decision d = engine->run(job.prepared, dopt);
-        out.status = 200;
-        out.body = write_json(d.response);
-        out.tokens = static_cast<int>(d.prompt.input_ids.size());
-        metrics.add_prompt_tokens(out.tokens);
-    } catch (const std::exception& e) {
-        out.status = 500;
-        out.body = detail_object("internal_error", e.what());
-    }
-    out.compute_s = seconds_since(t);
-    metrics.observe_compute(out.compute_s);
-    return out;
+    return true;
 }
 
-void Server::Impl::worker_loop() {
-    for (;;) {
-        std::shared_ptr<Job> job;
-        {
-            std::unique_lock<std::mutex> lock(qmu);
-            qcv.wait(lock, [&] { return worker_exit || !queue.empty(); });
-            if (queue.empty()) return;  // worker_exit and nothing left
-            job = std::move(queue.front());
-            queue.pop_front();
-            metrics.set_queue_depth(static_cast<int64_t>(queue.size()));
+// One decision in flight on the worker: its task advances one prefill chunk per turn.
+struct Server::Impl::Running {
+    std::shared_ptr<Job> job;
+    std::unique_ptr<DecisionTask> task;
+    Outcome out;
+    Clock::time_point started;
+};
+
+// The next step of a decision in flight; true once it has its outcome (answered, failed or abandoned).
+bool Server::Impl::advance(Running& r) {
+    try {
+        // A client that went away (or gave up at its deadline) stops its decision at the next turn.
+        const Job& j = *r.job;
+        if (j.abandoned || !peer_connected(j.remote_addr, j.remote_port, j.local_port)) {
+            metrics.count_dropped();
+            r.out.status = 0;
+            return true;
         }
-        job->promise.set_value(run_job(*job));
+        if (!r.task) {
+            DecideOptions dopt;
+            dopt.max_length = opt.max_tokens;
+            dopt.answers = opt.answers;
+            dopt.backbone = opt.backbone;
+            dopt.threads = opt.threads;
+            r.task = engine->start(r.job->prepared, dopt);
+        } else {
+            r.task->step();
+        }
+        if (!r.task->done()) return false;
+        Decision d = r.task->take();
+        r.out.status = 200;
+        r.out.body = write_json(d.response);
+        r.out.tokens = static_cast<int>(d.prompt.input_ids.size());
+        r.out.tokens_reused = d.tokens_reused;
+        metrics.add_prompt_tokens(r.out.tokens);
+        metrics.set_state_cache(engine->state_cache_stats());
+    } catch (const std::exception& e) {
+        r.out.status = 500;
+        r.out.body = detail_object("internal_error", e.what());
+    }
+    r.out.compute_s = seconds_since(r.started);
+    metrics.observe_compute(r.out.compute_s);
+    return true;
+}
+
+// Takes queued jobs while fewer than max_in_flight run; waits for one when none runs. False: stop the worker.
+bool Server::Impl::take_jobs(std::vector<Running>& running) {
+    std::unique_lock<std::mutex> lock(qmu);
+    if (running.empty()) qcv.wait(lock, [&] { return worker_exit || !queue.empty(); });
+    if (running.empty() && queue.empty()) return false;  // worker_exit and nothing left
+    while (!queue.empty() && running.size() < std::max<size_t>(opt.max_in_flight, 1)) {
+        std::shared_ptr<Job> job = std::move(queue.front());
+        queue.pop_front();
+        metrics.set_queue_depth(static_cast<int64_t>(queue.size()));
+        Running r{std::move(job), nullptr, {}, Clock::now()};
+        if (admit(*r.job, r.out))
+            running.push_back(std::move(r));
+        else
+            r.job->promise.set_value(std::move(r.out));
+    }
+    return true;
+}
+
+// Round-robin over the decisions in flight, one step each, so a short request behind a long prefill starts
+// within one chunk's time and finishes after its own few chunks.
+void Server::Impl::worker_loop() {
+    std::vector<Running> running;
+    while (take_jobs(running)) {
+        for (size_t i = 0; i < running.size();) {
+            if (!advance(running[i])) {
+                ++i;
+                continue;
+            }
+            running[i].job->promise.set_value(std::move(running[i].out));
+            running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+        }
     }
 }
 
@@ -556,6 +654,7 @@ void Server::Impl::load() {
         std::vector<RequestError> errors;
         if (!parse_request(body, req, errors)) throw Error("warm-up request rejected");
         engine->decide(req);
+        metrics.set_state_cache(engine->state_cache_stats());
         metrics.set_model_load_seconds(seconds_since(t));
         ready = true;
         metrics.set_ready(true);

@@ -27,6 +27,7 @@ struct ServerOptions {
     std::string quantization = "bf16";
     std::vector<std::string> capabilities = {"systemone", "decision"};
     size_t queue_size = 16;                       // decisions waiting for the worker; beyond it: 529
+    size_t max_in_flight = 4;  // decisions the worker advances together, one prefill chunk each in turn
     size_t max_body_bytes = 16u << 20;            // larger bodies: 413
     size_t max_json_depth = 128;                  // deeper bodies: 400
     int max_tokens = 16384;                       // prompt budget (state is cut to fit; schema beyond: 400)

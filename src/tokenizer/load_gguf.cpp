@@ -1,7 +1,9 @@
-// Loading the tokenizer.ggml.* metadata of a GGUF file (llama.cpp "gpt2" byte-level BPE vocabularies).
+// Loading the tokenizer.ggml.* metadata of a GGUF file (llama.cpp "gpt2" byte-level BPE vocabularies); the
+// token types and the writer are in gguf_vocab.h.
 #include <string>
 
 #include "io/gguf.h"
+#include "tokenizer/gguf_vocab.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "util/error.h"
 
@@ -10,17 +12,6 @@ namespace clef {
 namespace {
 
 constexpr size_t kMaxTokens = size_t{1} << 24;
-
-// llama.cpp token types (llama_token_type).
-enum : int64_t {
-    kTypeUndefined = 0,
-    kTypeNormal = 1,
-    kTypeUnknown = 2,
-    kTypeControl = 3,
-    kTypeUserDefined = 4,
-    kTypeUnused = 5,
-    kTypeByte = 6,
-};
 
 [[noreturn]] void fail_in(const GgufFile& f, const std::string& what) {
     throw Error(f.path() + ": " + what);
@@ -49,7 +40,7 @@ void load_from(const GgufFile& f, Tokenizer::Impl& im) {
              std::to_string(kMaxTokens) + " supported)");
     const size_t n = tokens.size();
 
-    std::vector<int64_t> types(n, kTypeNormal);
+    std::vector<int64_t> types(n, static_cast<int64_t>(GgufTokenType::kNormal));
     if (f.contains("tokenizer.ggml.token_type")) {
         types = f.get_int_array("tokenizer.ggml.token_type");
         if (types.size() != n)
@@ -67,28 +58,28 @@ void load_from(const GgufFile& f, Tokenizer::Impl& im) {
         tok::AddedToken a;
         a.id = id;
         a.content = im.id_text[i];
-        switch (types[i]) {
-            case kTypeUndefined:
-            case kTypeNormal:
+        if (types[i] < 0 || types[i] > kGgufTokenTypeMax)
+            fail("tokenizer.ggml.token_type[" + std::to_string(i) + "] = " + std::to_string(types[i]) +
+                 " is not a valid token type (0.." + std::to_string(kGgufTokenTypeMax) + ")");
+        switch (static_cast<GgufTokenType>(types[i])) {
+            case GgufTokenType::kUndefined:
+            case GgufTokenType::kNormal:
                 break;
-            case kTypeUnknown:
-            case kTypeControl:
+            case GgufTokenType::kUnknown:
+            case GgufTokenType::kControl:
                 im.kinds[i] = TokenKind::kSpecial;
                 a.kind = TokenKind::kSpecial;
                 if (!a.content.empty()) im.added.push_back(std::move(a));
                 break;
-            case kTypeUserDefined:
+            case GgufTokenType::kUserDefined:
                 im.kinds[i] = TokenKind::kUserDefined;
                 a.kind = TokenKind::kUserDefined;
                 if (!a.content.empty()) im.added.push_back(std::move(a));
                 break;
-            case kTypeUnused:
-            case kTypeByte:
+            case GgufTokenType::kUnused:
+            case GgufTokenType::kByte:
                 im.kinds[i] = TokenKind::kUnused;
                 break;
-            default:
-                fail("tokenizer.ggml.token_type[" + std::to_string(i) + "] = " + std::to_string(types[i]) +
-                     " is not a valid token type (0..6)");
         }
     }
 

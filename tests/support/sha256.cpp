@@ -1,4 +1,4 @@
-#include "image/sha256.h"
+#include "support/sha256.h"
 
 #include <array>
 #include <cstdint>

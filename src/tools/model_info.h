@@ -12,6 +12,7 @@
 #include "io/model_dir.h"
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "util/text.h"
 
 namespace clef {
 
@@ -41,8 +42,6 @@ ParamCounts expected_param_counts(const ModelConfig& config, const HeadConfig* h
 
 // The layer types as a repeated pattern, e.g. "3×linear + 1×full, repeated 2×".
 std::string describe_layer_pattern(const std::vector<LayerType>& types);
-// 1234567 -> "1,234,567".
-std::string with_thousands(int64_t v);
 
 struct ComponentInfo {
     std::string key;    // JSON key, e.g. "linear_attention_layers"

@@ -1,4 +1,4 @@
-// SHA-256 (FIPS 180-4), for fingerprints of image data in tests and debug output.
+// SHA-256 (FIPS 180-4), for fingerprints of image data and tensors in the tests (test support, not runtime).
 #pragma once
 
 #include <cstddef>

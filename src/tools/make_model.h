@@ -6,17 +6,14 @@
 //   tiny          the sizes of tests/data/tiny-clef (hidden 64, 8 layers, vocab 320, head width 32, vision
 //                 depth 2 / hidden 32); same tensor names, shapes and dtypes, same config keys and tokenizer.
 //   flash-shaped  Clef-Flash's real widths (hidden 4096, FFN 12288, vocab 248320, 16/4 attention heads of
-//   256,
-//                 16/32 GDN heads of 128, head width 1024, vision depth 27 / hidden 1152); 32 layers by
-//                 default
-//                 (~19 GB), so the weights are generated and written block by block.
-// Layer i is full attention iff (i + 1) % 4 == 0, whatever the number of layers.
+//                 256, 16/32 GDN heads of 128, head width 1024, vision depth 27 / hidden 1152); 32 layers by
+//                 default (~19 GB), so the weights are generated and written block by block.
+// The layer pattern is Qwen3.5's with the default interval (model/config.h), whatever the number of layers.
 //
-// Weights are BF16 (A_log F32) with scales that keep activations O(1): linear weights randn * fan_in^-0.5
-// (GDN in_proj_qkv value rows x2.5, residual_scorer.3 x3, as in the fixture), zero-centred RMSNorm weights
-// 0.1 * randn, linear_attn.norm 1 + 0.1 * randn, A_log = log(U(1, 16)), dt_bias ~ U(-4, -1), embeddings and
-// lm_head randn, LayerNorm weights 1 + 0.1 * randn, biases 0.1 * randn, pos_embed and type_embedding
-// 0.5 * randn, prior_logit_scale 0.5, joint_logit_scale 2.0, residual_gate 0.0.
+// The tensors, their shapes, dtypes (BF16, the decay logs F32) and how each is drawn are model/tensors.h's
+// tables: scales that keep activations O(1) (projections randn * fan_in^-0.5, the fused GDN projection's
+// value rows x2.5 and the head's scorer output x3 as in the fixture, norms and biases near their neutral
+// values).
 //
 // The bytes are a pure function of (preset, layers, vision, seed): each tensor's values come from its own
 // splitmix64 streams keyed by the seed and the tensor name (blocks of 4096 values, each block its own

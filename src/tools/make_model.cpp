@@ -1,4 +1,4 @@
-#include "model/make_model.h"
+#include "tools/make_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,11 +12,9 @@
 #include <string_view>
 #include <vector>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "io/safetensors_writer.h"
+#include "model/config.h"
+#include "model/tensors.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -30,73 +28,73 @@ namespace {
 // ---------------------------------------------------------------------------------------------------------------
 // Presets
 
-struct Dims {
-    // Text backbone.
-    int hidden = 0;
-    int layers = 0;
-    int heads = 0;
-    int kv_heads = 0;
-    int head_dim = 0;
-    int lin_k_heads = 0;
-    int lin_v_heads = 0;
-    int lin_k_dim = 0;
-    int lin_v_dim = 0;
-    int conv_kernel = 4;
-    int ffn = 0;
-    int vocab = 0;
-    std::vector<int> mrope_section;
-    // Joint head.
-    int head_width = 0;
-    int head_heads = 0;
-    int head_ff = 0;
-    int head_routing = 0;
-    int head_layers = 0;
-    // Vision tower.
-    int v_depth = 0;
-    int v_hidden = 0;
-    int v_heads = 0;
-    int v_inter = 0;
-    int v_pos = 0;
-    int v_out = 0;
-    int v_patch = 16;
-    int v_temporal = 2;
-    int v_merge = 2;
-    int v_in_channels = 3;
-    // Processor (min/max pixels).
+// A preset: the configs it writes (config.json's text and vision parts, joint_head_config.json) and the
+// processor's pixel bounds.
+struct Preset {
+    TextConfig text;
+    VisionConfig vision;
+    HeadConfig head;
     int64_t img_shortest = 0, img_longest = 0, vid_shortest = 0, vid_longest = 0;
-    bool flash = false;
 };
 
-Dims preset_dims(const MakeModelOptions& opt) {
-    Dims d;
+void set_text(TextConfig& t, int hidden, int layers, int heads, int kv_heads, int head_dim, int lin_k_heads,
+              int lin_v_heads, int lin_dim, int ffn, int vocab, std::vector<int> mrope_section) {
+    t.hidden_size = hidden;
+    t.num_layers = layers;
+    t.num_heads = heads;
+    t.num_kv_heads = kv_heads;
+    t.head_dim = head_dim;
+    t.linear_num_key_heads = lin_k_heads;
+    t.linear_num_value_heads = lin_v_heads;
+    t.linear_key_head_dim = t.linear_value_head_dim = lin_dim;
+    t.intermediate_size = ffn;
+    t.vocab_size = vocab;
+    t.mrope_section = std::move(mrope_section);
+    t.attn_output_gate = true;
+    t.linear_conv_kernel = 4;
+}
+
+void set_vision(VisionConfig& v, int depth, int hidden, int heads, int inter, int pos, int out) {
+    v.depth = depth;
+    v.hidden_size = hidden;
+    v.num_heads = heads;
+    v.intermediate_size = inter;
+    v.num_position_embeddings = pos;
+    v.out_hidden_size = out;
+    v.hidden_act = "gelu_pytorch_tanh";
+}
+
+void set_head(HeadConfig& h, int hidden, int width, int heads, int ff, int routing, int layers) {
+    h.hidden_size = hidden;
+    h.width = width;
+    h.heads = heads;
+    h.feedforward = ff;
+    h.routing_layers = routing;
+    h.layers = layers;
+}
+
+Preset preset_of(const MakeModelOptions& opt) {
+    Preset d;
     if (opt.preset == "tiny") {
-        d.hidden = 64, d.layers = 8, d.heads = 4, d.kv_heads = 2, d.head_dim = 32;
-        d.lin_k_heads = 2, d.lin_v_heads = 4, d.lin_k_dim = 16, d.lin_v_dim = 16;
-        d.ffn = 128, d.vocab = 320, d.mrope_section = {2, 1, 1};
-        d.head_width = 32, d.head_heads = 4, d.head_ff = 64, d.head_routing = 2, d.head_layers = 4;
-        d.v_depth = 2, d.v_hidden = 32, d.v_heads = 2, d.v_inter = 48, d.v_pos = 16, d.v_out = 64;
+        set_text(d.text, 64, 8, 4, 2, 32, 2, 4, 16, 128, 320, {2, 1, 1});
+        set_head(d.head, 64, 32, 4, 64, 2, 4);
+        set_vision(d.vision, 2, 32, 2, 48, 16, 64);
         d.img_shortest = 4096, d.img_longest = 12288, d.vid_shortest = 1024, d.vid_longest = 24576;
     } else if (opt.preset == "flash-shaped") {
-        d.hidden = 4096, d.layers = 32, d.heads = 16, d.kv_heads = 4, d.head_dim = 256;
-        d.lin_k_heads = 16, d.lin_v_heads = 32, d.lin_k_dim = 128, d.lin_v_dim = 128;
-        d.ffn = 12288, d.vocab = 248320, d.mrope_section = {11, 11, 10};
-        d.head_width = 1024, d.head_heads = 16, d.head_ff = 4096, d.head_routing = 2, d.head_layers = 4;
-        d.v_depth = 27, d.v_hidden = 1152, d.v_heads = 16, d.v_inter = 4304, d.v_pos = 2304, d.v_out = 4096;
+        set_text(d.text, 4096, 32, 16, 4, 256, 16, 32, 128, 12288, 248320, {11, 11, 10});
+        set_head(d.head, 4096, 1024, 16, 4096, 2, 4);
+        set_vision(d.vision, 27, 1152, 16, 4304, 2304, 4096);
         d.img_shortest = 65536, d.img_longest = 16777216, d.vid_shortest = 4096, d.vid_longest = 25165824;
-        d.flash = true;
     } else {
         throw Error("make-model: unknown preset '" + opt.preset + "' (expected tiny or flash-shaped)");
     }
     if (opt.layers != -1) {
         if (opt.layers < 1 || opt.layers > 1024)
             throw Error("make-model: --layers must be between 1 and 1024, got " + std::to_string(opt.layers));
-        d.layers = opt.layers;
+        d.text.num_layers = opt.layers;
     }
+    d.text.layer_types = layer_types_for(d.text.num_layers, kDefaultFullAttentionInterval);
     return d;
-}
-
-bool is_full_attention(int layer) {
-    return (layer + 1) % 4 == 0;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -150,14 +148,10 @@ inline float ln_f(float x) {
     return static_cast<float>(e) * 0.693147181f + p;
 }
 
-// In-place IEEE square roots of x[0, n) (x >= 0). SSE's sqrtps where available, otherwise std::sqrt: both are
-// correctly rounded, so the results agree; std::sqrt alone keeps an errno branch that stops vectorisation.
+// In-place IEEE square roots of x[0, n) (x >= 0), correctly rounded on every CPU. The file is compiled with
+// -fno-math-errno (CMakeLists.txt), so the loop vectorises.
 void sqrt_in_place(float* x, size_t n) {
-    size_t i = 0;
-#if defined(__SSE2__)
-    for (; i + 4 <= n; i += 4) _mm_storeu_ps(x + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
-#endif
-    for (; i < n; ++i) x[i] = std::sqrt(x[i]);
+    for (size_t i = 0; i < n; ++i) x[i] = std::sqrt(x[i]);
 }
 
 // sin and cos of 2*pi*u for u in [0, 1): quadrant q from 4u (exact), Taylor polynomials of degree 11 and 12
@@ -191,28 +185,7 @@ inline void sincos_2pi(float u, float& s_out, float& c_out) {
 
 constexpr float kTwoM24 = 1.0f / 16777216.0f;
 
-// How a tensor's values are drawn.
-struct Init {
-    enum class Kind { Normal, Uniform, LogUniform, Constant };
-    Kind kind = Kind::Normal;
-    float a = 0, b = 1;  // Normal: a + b z; Uniform: U(a, b); LogUniform: log(U(a, b)); Constant: a
-    // Rows [row_begin, row_end) of length row_len are multiplied by row_scale (Normal only).
-    uint64_t row_len = 0, row_begin = 0, row_end = 0;
-    float row_scale = 1;
-};
-
-Init normal(float mean, float std) {
-    return {Init::Kind::Normal, mean, std};
-}
-Init uniform(float lo, float hi) {
-    return {Init::Kind::Uniform, lo, hi};
-}
-Init log_uniform(float lo, float hi) {
-    return {Init::Kind::LogUniform, lo, hi};
-}
-Init constant(float v) {
-    return {Init::Kind::Constant, v, 0};
-}
+using Init = TensorInit;
 
 // Fills out[0, n) with the values of sub-block `sb` (n <= kSubBlock; the first n of its kSubBlock values).
 // Each 64-bit draw gives two 24-bit uniforms (bits 63..40 and 31..8), which give the values 2i and 2i + 1.
@@ -303,166 +276,36 @@ void fill_elements(const Init& init, uint64_t tensor_seed, DType dtype, uint64_t
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Tensor plans
+// Tensor plans: model/tensors.h's tables (a packed in-projection once, not once per GGUF third)
 
-struct Plan {
-    std::string name;
-    DType dtype = DType::BF16;
-    std::vector<int64_t> shape;
-    Init init;
-};
-
-class Planner {
-public:
-    explicit Planner(std::vector<Plan>& out) : out_(out) {}
-    // randn * fan_in^-0.5, fan_in = product of the dimensions after the first.
-    void linear(const std::string& name, std::vector<int64_t> shape, float extra = 1.0f) {
-        int64_t fan_in = 1;
-        for (size_t i = 1; i < shape.size(); ++i) fan_in *= shape[i];
-        add(name, std::move(shape), normal(0.0f, extra / std::sqrt(static_cast<float>(fan_in))));
-    }
-    void add(const std::string& name, std::vector<int64_t> shape, Init init, DType dtype = DType::BF16) {
-        out_.push_back({name, dtype, std::move(shape), init});
-    }
-    void layer_norm(const std::string& prefix, int64_t n) {
-        add(prefix + ".weight", {n}, normal(1.0f, 0.1f));
-        add(prefix + ".bias", {n}, normal(0.0f, 0.1f));
-    }
-    void linear_bias(const std::string& prefix, int64_t out, int64_t in, float extra = 1.0f) {
-        linear(prefix + ".weight", {out, in}, extra);
-        add(prefix + ".bias", {out}, normal(0.0f, 0.1f));
-    }
-
-private:
-    std::vector<Plan>& out_;
-};
-
-// Backbone tensors in Hugging Face module order (model.visual, model.language_model, lm_head); this is the
-// order shards are filled in.
-std::vector<Plan> plan_backbone(const Dims& d, bool vision) {
-    std::vector<Plan> plans;
-    Planner p(plans);
-    const int64_t H = d.hidden;
-    if (vision) {
-        const std::string v = "model.visual.";
-        const int64_t vh = d.v_hidden, merged = static_cast<int64_t>(d.v_hidden) * d.v_merge * d.v_merge;
-        p.linear(v + "patch_embed.proj.weight", {vh, d.v_in_channels, d.v_temporal, d.v_patch, d.v_patch});
-        p.add(v + "patch_embed.proj.bias", {vh}, normal(0.0f, 0.1f));
-        p.add(v + "pos_embed.weight", {d.v_pos, vh}, normal(0.0f, 0.5f));
-        for (int i = 0; i < d.v_depth; ++i) {
-            const std::string b = v + "blocks." + std::to_string(i) + ".";
-            p.layer_norm(b + "norm1", vh);
-            p.layer_norm(b + "norm2", vh);
-            p.linear_bias(b + "attn.qkv", 3 * vh, vh);
-            p.linear_bias(b + "attn.proj", vh, vh);
-            p.linear_bias(b + "mlp.linear_fc1", d.v_inter, vh);
-            p.linear_bias(b + "mlp.linear_fc2", vh, d.v_inter);
-        }
-        p.layer_norm(v + "merger.norm", vh);
-        p.linear_bias(v + "merger.linear_fc1", merged, merged);
-        p.linear_bias(v + "merger.linear_fc2", d.v_out, merged);
-    }
-    const std::string lm = "model.language_model.";
-    p.add(lm + "embed_tokens.weight", {d.vocab, H}, normal(0.0f, 1.0f));
-    const int64_t key_dim = static_cast<int64_t>(d.lin_k_heads) * d.lin_k_dim;
-    const int64_t value_dim = static_cast<int64_t>(d.lin_v_heads) * d.lin_v_dim;
-    const int64_t conv_dim = 2 * key_dim + value_dim;
-    const int64_t q_dim = static_cast<int64_t>(d.heads) * d.head_dim;
-    const int64_t kv_dim = static_cast<int64_t>(d.kv_heads) * d.head_dim;
-    for (int i = 0; i < d.layers; ++i) {
-        const std::string l = lm + "layers." + std::to_string(i) + ".";
-        if (is_full_attention(i)) {
-            const std::string a = l + "self_attn.";
-            p.linear(a + "q_proj.weight", {2 * q_dim, H});
-            p.linear(a + "k_proj.weight", {kv_dim, H});
-            p.linear(a + "v_proj.weight", {kv_dim, H});
-            p.linear(a + "o_proj.weight", {H, q_dim});
-            p.add(a + "q_norm.weight", {d.head_dim}, normal(0.0f, 0.1f));
-            p.add(a + "k_norm.weight", {d.head_dim}, normal(0.0f, 0.1f));
-        } else {
-            const std::string a = l + "linear_attn.";
-            p.add(a + "dt_bias", {d.lin_v_heads}, uniform(-4.0f, -1.0f));
-            p.add(a + "A_log", {d.lin_v_heads}, log_uniform(1.0f, 16.0f), DType::F32);
-            p.linear(a + "conv1d.weight", {conv_dim, 1, d.conv_kernel});
-            p.linear(a + "in_proj_qkv.weight", {conv_dim, H});
-            // The value rows are 2.5x larger (as in the fixture) so that the delta-rule outputs are not tiny.
-            Init& qkv = plans.back().init;
-            qkv.row_len = static_cast<uint64_t>(H);
-            qkv.row_begin = static_cast<uint64_t>(2 * key_dim);
-            qkv.row_end = static_cast<uint64_t>(conv_dim);
-            qkv.row_scale = 2.5f;
-            p.linear(a + "in_proj_z.weight", {value_dim, H});
-            p.linear(a + "in_proj_b.weight", {d.lin_v_heads, H});
-            p.linear(a + "in_proj_a.weight", {d.lin_v_heads, H});
-            p.add(a + "norm.weight", {d.lin_v_dim}, normal(1.0f, 0.1f));
-            p.linear(a + "out_proj.weight", {H, value_dim});
-        }
-        p.linear(l + "mlp.gate_proj.weight", {d.ffn, H});
-        p.linear(l + "mlp.up_proj.weight", {d.ffn, H});
-        p.linear(l + "mlp.down_proj.weight", {H, d.ffn});
-        p.add(l + "input_layernorm.weight", {H}, normal(0.0f, 0.1f));
-        p.add(l + "post_attention_layernorm.weight", {H}, normal(0.0f, 0.1f));
-    }
-    p.add(lm + "norm.weight", {H}, normal(0.0f, 0.1f));
-    p.add("lm_head.weight", {d.vocab, H}, normal(0.0f, 1.0f));
+// The backbone file's tensors in Hugging Face module order (model.visual, model.language_model, lm_head);
+// this is the order shards are filled in.
+std::vector<TensorSpec> plan_backbone(const Preset& d, bool vision) {
+    std::vector<TensorSpec> plans;
+    const auto add = [&](const TensorSpec& s) { plans.push_back(s); };
+    if (vision) for_each_vision_tensor(d.vision, add);
+    for_each_text_tensor(d.text, true, add);
     return plans;
 }
 
-// The joint schema head: the reference JointSchemaHead.state_dict() keys.
-std::vector<Plan> plan_head(const Dims& d) {
-    std::vector<Plan> plans;
-    Planner p(plans);
-    const int64_t H = d.hidden, W = d.head_width, F = d.head_ff;
-    auto mha = [&](const std::string& prefix) {
-        p.linear(prefix + ".in_proj_weight", {3 * W, W});
-        p.add(prefix + ".in_proj_bias", {3 * W}, normal(0.0f, 0.1f));
-        p.linear_bias(prefix + ".out_proj", W, W);
-    };
-    p.layer_norm("hidden_norm", H);
-    for (const char* n : {"memory_projection", "question_projection", "option_question_projection",
-                          "global_projection", "option_context_projection", "option_lexical_projection"})
-        p.linear(std::string(n) + ".weight", {W, H});
-    p.add("type_embedding.weight", {3, W}, normal(0.0f, 0.5f));
-    for (int k = 0; k < d.head_routing; ++k) {
-        const std::string e = "evidence_layers." + std::to_string(k) + ".";
-        p.layer_norm(e + "query_norm", W);
-        p.layer_norm(e + "memory_norm", W);
-        mha(e + "attention");
-        p.layer_norm(e + "feedforward_norm", W);
-        p.linear_bias(e + "feedforward.0", F, W);
-        p.linear_bias(e + "feedforward.3", W, F);
-    }
-    p.layer_norm("option_summary_norm", W);
-    for (int k = 0; k < d.head_layers; ++k) {
-        const std::string l = "layers." + std::to_string(k) + ".";
-        mha(l + "self_attn");
-        mha(l + "multihead_attn");
-        p.linear_bias(l + "linear1", F, W);
-        p.linear_bias(l + "linear2", W, F);
-        p.layer_norm(l + "norm1", W);
-        p.layer_norm(l + "norm2", W);
-        p.layer_norm(l + "norm3", W);
-    }
-    p.layer_norm("field_norm", W);
-    p.layer_norm("option_norm", W);
-    p.linear_bias("residual_scorer.0", W, 4 * W);
-    p.linear_bias("residual_scorer.3", 1, W, 3.0f);
-    p.add("prior_logit_scale", {}, constant(0.5f));
-    p.add("joint_logit_scale", {}, constant(2.0f));
-    p.add("residual_gate", {}, constant(0.0f));
+std::vector<TensorSpec> plan_head(const Preset& d) {
+    std::vector<TensorSpec> plans;
+    for_each_head_tensor(d.head, [&](const TensorSpec& s) {
+        if (s.layout != GgufLayout::Split || s.part == 0) plans.push_back(s);
+    });
     return plans;
 }
 
-std::vector<TensorSource> sources_of(const std::vector<Plan>& plans, uint64_t seed) {
+std::vector<TensorSource> sources_of(const std::vector<TensorSpec>& plans, uint64_t seed) {
     std::vector<TensorSource> out;
     out.reserve(plans.size());
     const uint64_t base = mix64(seed ^ 0x636c65662d6d6b21ull);  // "clef-mk!"
-    for (const Plan& pl : plans) {
+    for (const TensorSpec& pl : plans) {
         TensorSource t;
-        t.name = pl.name;
+        t.name = pl.hf;
         t.dtype = pl.dtype;
         t.shape = pl.shape;
-        const uint64_t tseed = mix64(base ^ fnv1a64(pl.name));
+        const uint64_t tseed = mix64(base ^ fnv1a64(pl.hf));
         const Init init = pl.init;
         const DType dt = pl.dtype;
         const size_t es = dtype_size(dt);
@@ -613,7 +456,7 @@ std::string tokenizer_config_json() {
     return t.dump(2) + "\n";
 }
 
-std::string processor_config_json(const Dims& d) {
+std::string processor_config_json(const Preset& d) {
     auto block = [&](bool video) {
         ojson b = ojson::object();
         b["data_format"] = "channels_first";
@@ -624,15 +467,15 @@ std::string processor_config_json(const Dims& d) {
         b["image_mean"] = {0.5, 0.5, 0.5};
         if (!video) b["image_processor_type"] = "Qwen2VLImageProcessorFast";
         b["image_std"] = {0.5, 0.5, 0.5};
-        b["merge_size"] = d.v_merge;
-        b["patch_size"] = d.v_patch;
+        b["merge_size"] = d.vision.spatial_merge_size;
+        b["patch_size"] = d.vision.patch_size;
         b["resample"] = 3;
         b["rescale_factor"] = 1.0 / 255.0;
         ojson size = ojson::object();
         size["longest_edge"] = video ? d.vid_longest : d.img_longest;
         size["shortest_edge"] = video ? d.vid_shortest : d.img_shortest;
         b["size"] = std::move(size);
-        b["temporal_patch_size"] = d.v_temporal;
+        b["temporal_patch_size"] = d.vision.temporal_patch_size;
         if (video) b["video_processor_type"] = "Qwen3VLVideoProcessor";
         return b;
     };
@@ -643,7 +486,7 @@ std::string processor_config_json(const Dims& d) {
     return p.dump(2) + "\n";
 }
 
-std::string config_json(const Dims& d, bool vision) {
+std::string config_json(const Preset& d, bool vision) {
     ojson c = ojson::object();
     c["architectures"] = {"Qwen3_5ForConditionalGeneration"};
     c["model_type"] = "qwen3_5";
@@ -655,18 +498,17 @@ std::string config_json(const Dims& d, bool vision) {
     c["dtype"] = "bfloat16";
     ojson t = ojson::object();
     t["model_type"] = "qwen3_5_text";
-    t["vocab_size"] = d.vocab;
-    t["hidden_size"] = d.hidden;
-    t["intermediate_size"] = d.ffn;
-    t["num_hidden_layers"] = d.layers;
+    t["vocab_size"] = d.text.vocab_size;
+    t["hidden_size"] = d.text.hidden_size;
+    t["intermediate_size"] = d.text.intermediate_size;
+    t["num_hidden_layers"] = d.text.num_layers;
     ojson types = ojson::array();
-    for (int i = 0; i < d.layers; ++i)
-        types.push_back(is_full_attention(i) ? "full_attention" : "linear_attention");
+    for (LayerType type : d.text.layer_types) types.push_back(layer_type_name(type));
     t["layer_types"] = std::move(types);
-    t["full_attention_interval"] = 4;
-    t["num_attention_heads"] = d.heads;
-    t["num_key_value_heads"] = d.kv_heads;
-    t["head_dim"] = d.head_dim;
+    t["full_attention_interval"] = kDefaultFullAttentionInterval;
+    t["num_attention_heads"] = d.text.num_heads;
+    t["num_key_value_heads"] = d.text.num_kv_heads;
+    t["head_dim"] = d.text.head_dim;
     t["attn_output_gate"] = true;
     t["attention_bias"] = false;
     t["attention_dropout"] = 0.0;
@@ -676,14 +518,14 @@ std::string config_json(const Dims& d, bool vision) {
     rope["rope_type"] = "default";
     rope["rope_theta"] = 10000000.0;
     rope["partial_rotary_factor"] = 0.25;
-    rope["mrope_section"] = d.mrope_section;
+    rope["mrope_section"] = d.text.mrope_section;
     rope["mrope_interleaved"] = true;
     t["rope_parameters"] = std::move(rope);
-    t["linear_num_key_heads"] = d.lin_k_heads;
-    t["linear_num_value_heads"] = d.lin_v_heads;
-    t["linear_key_head_dim"] = d.lin_k_dim;
-    t["linear_value_head_dim"] = d.lin_v_dim;
-    t["linear_conv_kernel_dim"] = d.conv_kernel;
+    t["linear_num_key_heads"] = d.text.linear_num_key_heads;
+    t["linear_num_value_heads"] = d.text.linear_num_value_heads;
+    t["linear_key_head_dim"] = d.text.linear_key_head_dim;
+    t["linear_value_head_dim"] = d.text.linear_value_head_dim;
+    t["linear_conv_kernel_dim"] = d.text.linear_conv_kernel;
     t["max_position_embeddings"] = 262144;
     t["mtp_num_hidden_layers"] = 0;
     t["tie_word_embeddings"] = false;
@@ -698,32 +540,33 @@ std::string config_json(const Dims& d, bool vision) {
     if (vision) {
         ojson v = ojson::object();
         v["deepstack_visual_indexes"] = ojson::array();
-        v["depth"] = d.v_depth;
+        v["depth"] = d.vision.depth;
         v["hidden_act"] = "gelu_pytorch_tanh";
-        v["hidden_size"] = d.v_hidden;
-        v["in_channels"] = d.v_in_channels;
+        v["hidden_size"] = d.vision.hidden_size;
+        v["in_channels"] = d.vision.in_channels;
         v["initializer_range"] = 0.02;
-        v["intermediate_size"] = d.v_inter;
+        v["intermediate_size"] = d.vision.intermediate_size;
         v["model_type"] = "qwen3_5_vision";
-        v["num_heads"] = d.v_heads;
-        v["num_position_embeddings"] = d.v_pos;
-        v["out_hidden_size"] = d.v_out;
-        v["patch_size"] = d.v_patch;
-        v["spatial_merge_size"] = d.v_merge;
-        v["temporal_patch_size"] = d.v_temporal;
+        v["num_heads"] = d.vision.num_heads;
+        v["num_position_embeddings"] = d.vision.num_position_embeddings;
+        v["out_hidden_size"] = d.vision.out_hidden_size;
+        v["patch_size"] = d.vision.patch_size;
+        v["spatial_merge_size"] = d.vision.spatial_merge_size;
+        v["temporal_patch_size"] = d.vision.temporal_patch_size;
         c["vision_config"] = std::move(v);
     }
     return c.dump(2) + "\n";
 }
 
-std::string head_config_json(const Dims& d) {
+std::string head_config_json(const Preset& d) {
+    const HeadConfig& c = d.head;
     ojson h = ojson::object();
-    h["hidden_size"] = d.hidden;
-    h["width"] = d.head_width;
-    h["routing_layers"] = d.head_routing;
-    h["layers"] = d.head_layers;
-    h["heads"] = d.head_heads;
-    h["feedforward"] = d.head_ff;
+    h["hidden_size"] = c.hidden_size;
+    h["width"] = c.width;
+    h["routing_layers"] = c.routing_layers;
+    h["layers"] = c.layers;
+    h["heads"] = c.heads;
+    h["feedforward"] = c.feedforward;
     return h.dump(2) + "\n";
 }
 
@@ -763,7 +606,7 @@ void remove_stale_weights(const fs::path& dir) {
 }  // namespace
 
 uint64_t make_model_weight_bytes(const MakeModelOptions& opt) {
-    const Dims d = preset_dims(opt);
+    const Preset d = preset_of(opt);
     const auto model = sources_of(plan_backbone(d, opt.vision), opt.seed);
     uint64_t total = 0;
     for (const auto& shard : plan_shards(model, opt.shard_bytes)) {
@@ -775,7 +618,7 @@ uint64_t make_model_weight_bytes(const MakeModelOptions& opt) {
 }
 
 void make_model(const MakeModelOptions& opt, const std::string& out_dir, ProgressFn progress) {
-    const Dims d = preset_dims(opt);
+    const Preset d = preset_of(opt);
     const fs::path dir(out_dir);
     std::error_code ec;
     fs::create_directories(dir, ec);

@@ -1,4 +1,4 @@
-#include "model/model_info.h"
+#include "tools/model_info.h"
 
 #include <fmt/format.h>
 
@@ -11,8 +11,11 @@
 
 #include "io/gguf.h"
 #include "model/gguf_model.h"
+#include "model/tensors.h"
 #include "quant/quant.h"
+#include "tools/gguf_convert.h"
 #include "util/error.h"
+#include "util/text.h"
 
 namespace clef {
 
@@ -20,9 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::string_view kVlmPrefix = "model.language_model.";
-constexpr std::string_view kTextOnlyPrefix = "model.";
-constexpr std::string_view kVisionPrefix = "model.visual.";
 constexpr std::string_view kLmHeadPrefix = "lm_head.";
 
 bool starts_with(std::string_view s, std::string_view p) {
@@ -31,17 +31,10 @@ bool starts_with(std::string_view s, std::string_view p) {
 
 enum class Part { LinearLayers, FullLayers, FinalNorm, Embed, LmHead, Vision, Head, Other };
 
-// The text prefix the checkpoint uses: Qwen3_5ForConditionalGeneration nests the text model under
-// model.language_model., Qwen3_5ForCausalLM puts it directly under model.
+// The text prefix the checkpoint uses (model/tensors.h); the publisher's when it holds no embedding table.
 std::string detect_text_prefix(const Checkpoint& ck) {
-    bool plain = false;
-    for (const TensorView* t : ck.all()) {
-        if (starts_with(t->name, kVlmPrefix)) return std::string(kVlmPrefix);
-        if (starts_with(t->name, "model.layers.") || starts_with(t->name, "model.embed_tokens.") ||
-            starts_with(t->name, "model.norm."))
-            plain = true;
-    }
-    return std::string(plain ? kTextOnlyPrefix : kVlmPrefix);
+    const std::string p = text_prefix_in([&](const std::string& n) { return ck.find(n) != nullptr; });
+    return p.empty() ? std::string(kTextPrefix) : p;
 }
 
 // Layer index from "<prefix>layers.<N>.<rest>"; -1 when the name does not have that form.
@@ -212,66 +205,18 @@ void add_count_warnings(ModelInfo& info) {
 }  // namespace
 
 int64_t expected_layer_params(const TextConfig& t, LayerType type) {
-    const int64_t h = t.hidden_size;
-    int64_t n = 2 * h;                                       // input_layernorm, post_attention_layernorm
-    n += 3 * static_cast<int64_t>(t.intermediate_size) * h;  // mlp gate/up/down
-    if (type == LayerType::LinearAttention) {
-        const int64_t hk = t.linear_num_key_heads, hv = t.linear_num_value_heads;
-        const int64_t key_dim = hk * t.linear_key_head_dim, value_dim = hv * t.linear_value_head_dim;
-        const int64_t conv_dim = 2 * key_dim + value_dim;
-        n += conv_dim * h;                     // in_proj_qkv
-        n += value_dim * h;                    // in_proj_z
-        n += 2 * hv * h;                       // in_proj_b, in_proj_a
-        n += conv_dim * t.linear_conv_kernel;  // conv1d (depthwise, no bias)
-        n += 2 * hv;                           // A_log, dt_bias
-        n += t.linear_value_head_dim;          // gated norm, shared by the value heads
-        n += h * value_dim;                    // out_proj
-    } else {
-        const int64_t q_dim = static_cast<int64_t>(t.num_heads) * t.head_dim;
-        const int64_t kv_dim = static_cast<int64_t>(t.num_kv_heads) * t.head_dim;
-        n += (t.attn_output_gate ? 2 : 1) * q_dim * h;  // q_proj (query and gate per head)
-        n += 2 * kv_dim * h;                            // k_proj, v_proj
-        n += h * q_dim;                                 // o_proj
-        n += 2 * static_cast<int64_t>(t.head_dim);      // q_norm, k_norm
-    }
-    return n;
+    TextConfig one = t;  // one layer of that type
+    one.num_layers = 1;
+    one.layer_types = {type};
+    return text_layer_params(one, 0);
 }
 
 int64_t expected_vision_params(const VisionConfig& v) {
-    const int64_t h = v.hidden_size, inter = v.intermediate_size;
-    const int64_t patch_in =
-        static_cast<int64_t>(v.in_channels) * v.temporal_patch_size * v.patch_size * v.patch_size;
-    int64_t n = h * patch_in + h;                              // patch_embed.proj (Conv3d with bias)
-    n += static_cast<int64_t>(v.num_position_embeddings) * h;  // pos_embed
-    const int64_t block = 4 * h                                // norm1, norm2 (weight + bias)
-                          + 3 * h * h + 3 * h                  // attn.qkv
-                          + h * h + h                          // attn.proj
-                          + inter * h + inter                  // mlp.linear_fc1
-                          + h * inter + h;                     // mlp.linear_fc2
-    n += v.depth * block;
-    const int64_t merged = h * v.spatial_merge_size * v.spatial_merge_size;
-    n += 2 * h;                                                                 // merger.norm
-    n += merged * merged + merged;                                              // merger.linear_fc1
-    n += static_cast<int64_t>(v.out_hidden_size) * merged + v.out_hidden_size;  // merger.linear_fc2
-    return n;
+    return vision_params(v);
 }
 
 int64_t expected_head_params(const HeadConfig& hc) {
-    const int64_t h = hc.hidden_size, w = hc.width, f = hc.feedforward;
-    const int64_t mha = 3 * w * w + 3 * w + w * w + w;  // packed in_proj + out_proj, with biases
-    const int64_t ffn = f * w + f + w * f + w;
-    int64_t n = 2 * h;  // hidden_norm
-    n += 6 * w * h;     // memory/question/option_question/global/option_context/option_lexical projections
-    n += 3 * w;         // type_embedding (noul, choice, score)
-    n += hc.routing_layers *
-         (3 * 2 * w + mha + ffn);                  // query/memory/feedforward norms, attention, feedforward
-    n += 2 * w;                                    // option_summary_norm
-    n += hc.layers * (2 * mha + ffn + 3 * 2 * w);  // self_attn, multihead_attn, linear1/2, norm1..3
-    n += 2 * w + 2 * w;                            // field_norm, option_norm
-    n += 4 * w * w + w;                            // residual_scorer.0
-    n += w + 1;                                    // residual_scorer.3
-    n += 3;                                        // prior_logit_scale, joint_logit_scale, residual_gate
-    return n;
+    return head_params(hc);
 }
 
 ParamCounts expected_param_counts(const ModelConfig& config, const HeadConfig* head) {
@@ -312,17 +257,6 @@ std::string describe_layer_pattern(const std::vector<LayerType>& types) {
     }
     if (period < n) s += ", repeated " + std::to_string(n / period) + "×";
     return s;
-}
-
-std::string with_thousands(int64_t v) {
-    const bool neg = v < 0;
-    uint64_t u = neg ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
-    std::string digits = std::to_string(u), out;
-    for (size_t i = 0; i < digits.size(); ++i) {
-        if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-        out += digits[i];
-    }
-    return neg ? "-" + out : out;
 }
 
 bool ModelInfo::counts_match() const {
@@ -470,87 +404,104 @@ ModelInfo compute_model_info(const std::string& model_dir) {
     return compute_model_info(dir, config, backbone, head ? &*head : nullptr);
 }
 
-std::string format_model_info(const ModelInfo& info) {
+namespace {
+
+// The text report of format_model_info, written section by section.
+struct InfoWriter {
+    std::ostringstream o;
+    void line(std::string_view label, const std::string& value) {
+        o << fmt::format("  {:<22}{}\n", label, value);
+    }
+};
+
+// The model line, its format (GGUF or safetensors) and its layer layout.
+void write_overview(InfoWriter& w, const ModelInfo& info) {
     const ModelConfig& c = info.config;
     const TextConfig& t = c.text;
-    std::ostringstream o;
-    auto line = [&](std::string_view label, const std::string& value) {
-        o << fmt::format("  {:<22}{}\n", label, value);
-    };
-
-    o << "model " << info.dir.root << "\n";
+    w.o << "model " << info.dir.root << "\n";
     if (info.gguf) {
         const GgufInfo& g = *info.gguf;
-        line("format", fmt::format("GGUF v{}, alignment {}", g.version, g.alignment));
-        line("architecture", g.arch + (g.arch == "clef" ? " (backbone + joint head)" : " (backbone only)"));
-        line("file type", g.file_type < 0
-                              ? std::string("not given")
-                              : fmt::format("{} (general.file_type {})", g.file_type_name, g.file_type));
-        if (g.quantization_version >= 0) line("quantization_version", std::to_string(g.quantization_version));
+        w.line("format", fmt::format("GGUF v{}, alignment {}", g.version, g.alignment));
+        w.line("architecture", g.arch + (g.arch == "clef" ? " (backbone + joint head)" : " (backbone only)"));
+        w.line("file type", g.file_type < 0
+                                ? std::string("not given")
+                                : fmt::format("{} (general.file_type {})", g.file_type_name, g.file_type));
+        if (g.quantization_version >= 0)
+            w.line("quantization_version", std::to_string(g.quantization_version));
         std::string qt;
         for (const std::string& t : g.quant_types) qt += (qt.empty() ? "" : ", ") + t;
-        line("quant types", qt.empty() ? "none (float tensors only)" : qt);
-        line("head weights", g.head_source);
+        w.line("quant types", qt.empty() ? "none (float tensors only)" : qt);
+        w.line("head weights", g.head_source);
     } else {
-        line("architecture", c.architecture + " (model_type " + c.model_type + ")");
+        w.line("architecture", c.architecture + " (model_type " + c.model_type + ")");
         std::string layout = info.text_prefix + "*";
-        layout += info.text_prefix == kVlmPrefix ? " (Qwen3_5ForConditionalGeneration layout)"
-                                                 : " (Qwen3_5ForCausalLM text-only layout)";
-        line("tensor layout", layout);
-        line("head weights", info.dir.backbone_only ? "none (backbone only)" : "joint_head.safetensors");
+        layout += info.text_prefix == kTextPrefix ? " (Qwen3_5ForConditionalGeneration layout)"
+                                                  : " (Qwen3_5ForCausalLM text-only layout)";
+        w.line("tensor layout", layout);
+        w.line("head weights", info.dir.backbone_only ? "none (backbone only)" : "joint_head.safetensors");
     }
-    line("layers", std::to_string(t.num_layers) + ": " + info.layer_pattern);
+    w.line("layers", std::to_string(t.num_layers) + ": " + info.layer_pattern);
     std::string letters;
     for (LayerType l : t.layer_types) letters += l == LayerType::FullAttention ? 'F' : 'L';
-    line("layer types", letters + "  (L linear_attention, F full_attention)");
-    line("full attention at", join_ints(full_attention_layers(t), ", "));
+    w.line("layer types", letters + "  (L linear_attention, F full_attention)");
+    w.line("full attention at", join_ints(full_attention_layers(t), ", "));
+}
 
-    o << "\nwidths\n";
-    line("hidden_size", with_thousands(t.hidden_size));
-    line("intermediate_size", with_thousands(t.intermediate_size));
-    line("vocab_size",
-         with_thousands(t.vocab_size) + (t.tie_word_embeddings ? " (tied lm_head)" : " (untied lm_head)"));
-    line("full attention",
-         fmt::format("{} query heads, {} KV heads, head_dim {}, output gate {}", t.num_heads, t.num_kv_heads,
-                     t.head_dim, t.attn_output_gate ? "on" : "off"));
+// The "widths" section: text model sizes, attention, rope, context, vision tower and joint head.
+void write_widths(InfoWriter& w, const ModelInfo& info) {
+    const ModelConfig& c = info.config;
+    const TextConfig& t = c.text;
+    w.o << "\nwidths\n";
+    w.line("hidden_size", with_thousands(t.hidden_size));
+    w.line("intermediate_size", with_thousands(t.intermediate_size));
+    w.line("vocab_size",
+           with_thousands(t.vocab_size) + (t.tie_word_embeddings ? " (tied lm_head)" : " (untied lm_head)"));
+    w.line("full attention",
+           fmt::format("{} query heads, {} KV heads, head_dim {}, output gate {}", t.num_heads,
+                       t.num_kv_heads, t.head_dim, t.attn_output_gate ? "on" : "off"));
     std::string rope =
         fmt::format("theta {}, rotary_dim {} of {}", number_text(t.rope_theta), t.rotary_dim, t.head_dim);
     if (!t.mrope_section.empty())
         rope += fmt::format(", mrope_section [{}]{}", join_ints(t.mrope_section, ", "),
                             t.mrope_interleaved ? " interleaved" : "");
-    line("rope", rope);
-    line("linear attention",
-         fmt::format("{} key heads × {}, {} value heads × {}, conv kernel {}", t.linear_num_key_heads,
-                     t.linear_key_head_dim, t.linear_num_value_heads, t.linear_value_head_dim,
-                     t.linear_conv_kernel));
-    line("rms_norm_eps", fmt::format("{}", t.rms_norm_eps));
+    w.line("rope", rope);
+    w.line("linear attention",
+           fmt::format("{} key heads × {}, {} value heads × {}, conv kernel {}", t.linear_num_key_heads,
+                       t.linear_key_head_dim, t.linear_num_value_heads, t.linear_value_head_dim,
+                       t.linear_conv_kernel));
+    w.line("rms_norm_eps", fmt::format("{}", t.rms_norm_eps));
     if (info.gguf)
-        line("context length", info.gguf->context_length < 0 ? std::string("not given")
-                                                             : with_thousands(info.gguf->context_length));
+        w.line("context length", info.gguf->context_length < 0 ? std::string("not given")
+                                                               : with_thousands(info.gguf->context_length));
     else if (t.max_position_embeddings > 0)
-        line("max positions", with_thousands(t.max_position_embeddings));
+        w.line("max positions", with_thousands(t.max_position_embeddings));
     if (c.vision) {
         const VisionConfig& v = *c.vision;
-        line("vision", fmt::format("depth {}, hidden {}, {} heads, intermediate {}, patch {}, merge {}, "
-                                   "{} positions, out {}",
-                                   v.depth, v.hidden_size, v.num_heads, v.intermediate_size, v.patch_size,
-                                   v.spatial_merge_size, v.num_position_embeddings, v.out_hidden_size));
+        w.line("vision", fmt::format("depth {}, hidden {}, {} heads, intermediate {}, patch {}, merge {}, "
+                                     "{} positions, out {}",
+                                     v.depth, v.hidden_size, v.num_heads, v.intermediate_size, v.patch_size,
+                                     v.spatial_merge_size, v.num_position_embeddings, v.out_hidden_size));
     } else {
-        line("vision", info.gguf ? "none (a GGUF holds no vision tower; llama.cpp keeps it in an mmproj file)"
-                                 : "none");
+        w.line("vision", info.gguf
+                             ? "none (a GGUF holds no vision tower; llama.cpp keeps it in an mmproj file)"
+                             : "none");
     }
     if (info.head) {
         const HeadConfig& h = *info.head;
-        line("head",
-             fmt::format("hidden {}, width {}, {} routing layers, {} layers, {} heads, feedforward {}",
-                         h.hidden_size, h.width, h.routing_layers, h.layers, h.heads, h.feedforward));
+        w.line("head",
+               fmt::format("hidden {}, width {}, {} routing layers, {} layers, {} heads, feedforward {}",
+                           h.hidden_size, h.width, h.routing_layers, h.layers, h.heads, h.feedforward));
     }
+}
 
-    o << "\n" << fmt::format("{:<24}{:>9}{:>17}{:>17}\n", "parameters", "tensors", "in files", "from config");
+// Parameters per component (with the backbone layers subtotal after the final norm), in files and expected.
+void write_param_counts(InfoWriter& w, const ModelInfo& info) {
+    w.o << "\n"
+        << fmt::format("{:<24}{:>9}{:>17}{:>17}\n", "parameters", "tensors", "in files", "from config");
     auto count_row = [&](const std::string& label, int64_t tensors, int64_t actual, int64_t expected) {
-        o << fmt::format("  {:<22}{:>9}{:>17}{:>17}  {}\n", label, with_thousands(tensors),
-                         with_thousands(actual), with_thousands(expected),
-                         actual == expected ? "ok" : "MISMATCH");
+        w.o << fmt::format("  {:<22}{:>9}{:>17}{:>17}  {}\n", label, with_thousands(tensors),
+                           with_thousands(actual), with_thousands(expected),
+                           actual == expected ? "ok" : "MISMATCH");
     };
     int64_t layer_tensors = 0, total_tensors = 0;
     for (const ComponentInfo& ci : info.components) {
@@ -564,107 +515,116 @@ std::string format_model_info(const ModelInfo& info) {
                       info.expected.backbone_layers());
     }
     count_row("total", total_tensors, info.actual.total(), info.expected.total());
+}
 
-    o << "\n"
-      << fmt::format("{:<24}{:>9}{:>17}{:>17}\n", info.gguf ? "tensor types" : "dtypes", "tensors",
-                     "parameters", "bytes");
+// Tensors per dtype, the files with their sizes, and the warnings.
+void write_dtypes_files_warnings(InfoWriter& w, const ModelInfo& info) {
+    w.o << "\n"
+        << fmt::format("{:<24}{:>9}{:>17}{:>17}\n", info.gguf ? "tensor types" : "dtypes", "tensors",
+                       "parameters", "bytes");
     for (const DTypeTally& d : info.dtypes)
-        o << fmt::format("  {:<22}{:>9}{:>17}{:>17}\n", d.dtype, with_thousands(d.tensors),
-                         with_thousands(d.params), with_thousands(static_cast<int64_t>(d.bytes)));
+        w.o << fmt::format("  {:<22}{:>9}{:>17}{:>17}\n", d.dtype, with_thousands(d.tensors),
+                           with_thousands(d.params), with_thousands(static_cast<int64_t>(d.bytes)));
 
-    o << "\n" << fmt::format("{:<42}{:>17}{:>9}\n", "files", "bytes", "tensors");
+    w.o << "\n" << fmt::format("{:<42}{:>17}{:>9}\n", "files", "bytes", "tensors");
     uint64_t total_bytes = 0;
     for (const FileEntry& f : info.files) {
         std::string row =
             fmt::format("  {:<40}{:>17}", f.name, with_thousands(static_cast<int64_t>(f.bytes)));
         if (f.tensors >= 0) row += fmt::format("{:>9}", with_thousands(f.tensors));
-        o << row << "\n";
+        w.o << row << "\n";
         total_bytes += f.bytes;
     }
-    o << fmt::format("  {:<40}{:>17}\n", "total", with_thousands(static_cast<int64_t>(total_bytes)));
+    w.o << fmt::format("  {:<40}{:>17}\n", "total", with_thousands(static_cast<int64_t>(total_bytes)));
 
-    o << "\nwarnings\n";
-    if (info.warnings.empty()) o << "  none\n";
-    for (const std::string& w : info.warnings) o << "  " << w << "\n";
-    return o.str();
+    w.o << "\nwarnings\n";
+    if (info.warnings.empty()) w.o << "  none\n";
+    for (const std::string& warning : info.warnings) w.o << "  " << warning << "\n";
 }
 
-nlohmann::json model_info_to_json(const ModelInfo& info) {
-    using nlohmann::json;
-    const ModelConfig& c = info.config;
-    const TextConfig& t = c.text;
-    json j;
-    j["model_dir"] = info.dir.root;
-    j["format"] = info.gguf ? "gguf" : "safetensors";
-    if (info.gguf) {
-        const GgufInfo& g = *info.gguf;
-        j["gguf"] = {{"version", g.version},
-                     {"alignment", g.alignment},
-                     {"architecture", g.arch},
-                     {"file_type", g.file_type},
-                     {"file_type_name", g.file_type_name},
-                     {"quantization_version", g.quantization_version},
-                     {"quant_types", g.quant_types},
-                     {"context_length", g.context_length},
-                     {"head", g.head_source}};
-    }
-    j["architecture"] = c.architecture;
-    j["model_type"] = c.model_type;
-    j["text_prefix"] = info.text_prefix;
-    j["backbone_only"] = info.dir.backbone_only;
+}  // namespace
 
+std::string format_model_info(const ModelInfo& info) {
+    InfoWriter w;
+    write_overview(w, info);
+    write_widths(w, info);
+    write_param_counts(w, info);
+    write_dtypes_files_warnings(w, info);
+    return w.o.str();
+}
+
+namespace {
+
+using nlohmann::json;
+
+json gguf_json(const GgufInfo& g) {
+    return {{"version", g.version},
+            {"alignment", g.alignment},
+            {"architecture", g.arch},
+            {"file_type", g.file_type},
+            {"file_type_name", g.file_type_name},
+            {"quantization_version", g.quantization_version},
+            {"quant_types", g.quant_types},
+            {"context_length", g.context_length},
+            {"head", g.head_source}};
+}
+
+json layers_json(const ModelInfo& info) {
+    const TextConfig& t = info.config.text;
     json types = json::array();
     for (LayerType l : t.layer_types) types.push_back(layer_type_name(l));
-    j["layers"] = {{"count", t.num_layers},
-                   {"pattern", info.layer_pattern},
-                   {"types", types},
-                   {"full_attention", full_attention_layers(t)},
-                   {"linear_attention_count", t.num_layers_of(LayerType::LinearAttention)},
-                   {"full_attention_count", t.num_layers_of(LayerType::FullAttention)}};
-    j["text"] = {{"vocab_size", t.vocab_size},
-                 {"hidden_size", t.hidden_size},
-                 {"intermediate_size", t.intermediate_size},
-                 {"num_attention_heads", t.num_heads},
-                 {"num_key_value_heads", t.num_kv_heads},
-                 {"head_dim", t.head_dim},
-                 {"attn_output_gate", t.attn_output_gate},
-                 {"rope_theta", t.rope_theta},
-                 {"partial_rotary_factor", t.partial_rotary_factor},
-                 {"rotary_dim", t.rotary_dim},
-                 {"mrope_section", t.mrope_section},
-                 {"mrope_interleaved", t.mrope_interleaved},
-                 {"linear_num_key_heads", t.linear_num_key_heads},
-                 {"linear_num_value_heads", t.linear_num_value_heads},
-                 {"linear_key_head_dim", t.linear_key_head_dim},
-                 {"linear_value_head_dim", t.linear_value_head_dim},
-                 {"linear_conv_kernel_dim", t.linear_conv_kernel},
-                 {"rms_norm_eps", std::stod(fmt::format("{}", t.rms_norm_eps))},  // shortest float spelling
-                 {"tie_word_embeddings", t.tie_word_embeddings},
-                 {"max_position_embeddings", t.max_position_embeddings}};
-    if (c.vision) {
-        const VisionConfig& v = *c.vision;
-        j["vision"] = {{"depth", v.depth},
-                       {"hidden_size", v.hidden_size},
-                       {"num_heads", v.num_heads},
-                       {"intermediate_size", v.intermediate_size},
-                       {"patch_size", v.patch_size},
-                       {"temporal_patch_size", v.temporal_patch_size},
-                       {"spatial_merge_size", v.spatial_merge_size},
-                       {"num_position_embeddings", v.num_position_embeddings},
-                       {"out_hidden_size", v.out_hidden_size},
-                       {"in_channels", v.in_channels},
-                       {"hidden_act", v.hidden_act}};
-    } else {
-        j["vision"] = nullptr;
-    }
-    if (info.head) {
-        const HeadConfig& h = *info.head;
-        j["head"] = {{"hidden_size", h.hidden_size}, {"width", h.width}, {"routing_layers", h.routing_layers},
-                     {"layers", h.layers},           {"heads", h.heads}, {"feedforward", h.feedforward}};
-    } else {
-        j["head"] = nullptr;
-    }
+    return {{"count", t.num_layers},
+            {"pattern", info.layer_pattern},
+            {"types", types},
+            {"full_attention", full_attention_layers(t)},
+            {"linear_attention_count", t.num_layers_of(LayerType::LinearAttention)},
+            {"full_attention_count", t.num_layers_of(LayerType::FullAttention)}};
+}
 
+json text_json(const TextConfig& t) {
+    return {{"vocab_size", t.vocab_size},
+            {"hidden_size", t.hidden_size},
+            {"intermediate_size", t.intermediate_size},
+            {"num_attention_heads", t.num_heads},
+            {"num_key_value_heads", t.num_kv_heads},
+            {"head_dim", t.head_dim},
+            {"attn_output_gate", t.attn_output_gate},
+            {"rope_theta", t.rope_theta},
+            {"partial_rotary_factor", t.partial_rotary_factor},
+            {"rotary_dim", t.rotary_dim},
+            {"mrope_section", t.mrope_section},
+            {"mrope_interleaved", t.mrope_interleaved},
+            {"linear_num_key_heads", t.linear_num_key_heads},
+            {"linear_num_value_heads", t.linear_num_value_heads},
+            {"linear_key_head_dim", t.linear_key_head_dim},
+            {"linear_value_head_dim", t.linear_value_head_dim},
+            {"linear_conv_kernel_dim", t.linear_conv_kernel},
+            {"rms_norm_eps", std::stod(fmt::format("{}", t.rms_norm_eps))},  // shortest float spelling
+            {"tie_word_embeddings", t.tie_word_embeddings},
+            {"max_position_embeddings", t.max_position_embeddings}};
+}
+
+json vision_json(const VisionConfig& v) {
+    return {{"depth", v.depth},
+            {"hidden_size", v.hidden_size},
+            {"num_heads", v.num_heads},
+            {"intermediate_size", v.intermediate_size},
+            {"patch_size", v.patch_size},
+            {"temporal_patch_size", v.temporal_patch_size},
+            {"spatial_merge_size", v.spatial_merge_size},
+            {"num_position_embeddings", v.num_position_embeddings},
+            {"out_hidden_size", v.out_hidden_size},
+            {"in_channels", v.in_channels},
+            {"hidden_act", v.hidden_act}};
+}
+
+json head_json(const HeadConfig& h) {
+    return {{"hidden_size", h.hidden_size}, {"width", h.width}, {"routing_layers", h.routing_layers},
+            {"layers", h.layers},           {"heads", h.heads}, {"feedforward", h.feedforward}};
+}
+
+// Per component, plus the backbone layers subtotal and the total: tensors, actual, expected, match.
+json parameters_json(const ModelInfo& info) {
     json params = json::object();
     int64_t layer_tensors = 0, total_tensors = 0;
     for (const ComponentInfo& ci : info.components) {
@@ -685,21 +645,46 @@ nlohmann::json model_info_to_json(const ModelInfo& info) {
                        {"actual", info.actual.total()},
                        {"expected", info.expected.total()},
                        {"match", info.actual.total() == info.expected.total()}};
-    j["parameters"] = params;
-    j["counts_match"] = info.counts_match();
+    return params;
+}
 
+json dtypes_json(const ModelInfo& info) {
     json dtypes = json::object();
     for (const DTypeTally& d : info.dtypes)
         dtypes[d.dtype] = {{"tensors", d.tensors}, {"params", d.params}, {"bytes", d.bytes}};
-    j["dtypes"] = dtypes;
+    return dtypes;
+}
 
+json files_json(const ModelInfo& info) {
     json files = json::array();
     for (const FileEntry& f : info.files) {
         json e = {{"name", f.name}, {"role", f.role}, {"bytes", f.bytes}};
         if (f.tensors >= 0) e["tensors"] = f.tensors;
         files.push_back(e);
     }
-    j["files"] = files;
+    return files;
+}
+
+}  // namespace
+
+nlohmann::json model_info_to_json(const ModelInfo& info) {
+    const ModelConfig& c = info.config;
+    json j;
+    j["model_dir"] = info.dir.root;
+    j["format"] = info.gguf ? "gguf" : "safetensors";
+    if (info.gguf) j["gguf"] = gguf_json(*info.gguf);
+    j["architecture"] = c.architecture;
+    j["model_type"] = c.model_type;
+    j["text_prefix"] = info.text_prefix;
+    j["backbone_only"] = info.dir.backbone_only;
+    j["layers"] = layers_json(info);
+    j["text"] = text_json(c.text);
+    j["vision"] = c.vision ? vision_json(*c.vision) : json(nullptr);
+    j["head"] = info.head ? head_json(*info.head) : json(nullptr);
+    j["parameters"] = parameters_json(info);
+    j["counts_match"] = info.counts_match();
+    j["dtypes"] = dtypes_json(info);
+    j["files"] = files_json(info);
     j["warnings"] = info.warnings;
     return j;
 }

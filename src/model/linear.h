@@ -1,0 +1,65 @@
+// One linear layer y = x·Wᵀ (+ b), the one every model part uses (backbone projections, vision tower, joint
+// head). The weights come as they are stored: a checkpoint tensor in its own dtype, a quantised matrix
+// (GGUF), or fp32 values. Which paths a layer can run is fixed when it is built:
+//   Fast       ops::PackedLinear only (packed once, used in place, or streamed from a quantised file);
+//   Reference  the scalar oracle only (ops::linear on an fp32 copy; quantised rows dequantised block by
+//   block); Both       both, for the backbone, whose callers pick per forward (its reference costs no memory:
+//   it reads
+//              BF16 rows from the mapped checkpoint through ops::linear_bf16).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "ops/gemm.h"
+#include "quant/quant.h"
+
+namespace clef {
+
+enum class LinearPath { Fast, Reference, Both };
+
+class Linear {
+public:
+    Linear() = default;
+    // w [out][in] in a float dtype (BF16 / F16 packed from the mapped bytes, or used in place where the GEMM
+    // backend can; other dtypes through fp32). The tensor's storage must outlive the layer.
+    Linear(const TensorView& w, LinearPath path, std::vector<float> bias = {});
+    // A quantised matrix: packed from rows dequantised to bf16, or (residency Streamed) dequantised again on
+    // every forward from the mapped file. The matrix's owner keeps its storage alive.
+    Linear(const QuantMatrix& w, LinearPath path, ops::Residency residency, std::vector<float> bias = {});
+    // fp32 values [out][in]. keep_f32: keep them beside the packed copy (a caller reads rows through f32()).
+    Linear(std::vector<float> w, int64_t out, int64_t in, LinearPath path, std::vector<float> bias = {},
+           bool keep_f32 = false);
+    Linear(Linear&&) noexcept;
+    Linear& operator=(Linear&&) noexcept;
+    ~Linear();
+
+    int64_t out() const { return out_; }
+    int64_t in() const { return in_; }
+    const std::vector<float>& bias() const { return bias_; }
+    // The fp32 weights when kept (the reference path of an fp32 layer, or keep_f32), else nullptr.
+    const float* f32() const { return f32_.empty() ? nullptr : f32_.data(); }
+    size_t packed_bytes() const { return packed_.packed_bytes(); }
+    bool streamed() const { return packed_.streamed(); }
+    bool has_fast() const { return !packed_.empty(); }
+
+    // y[m][out] = x[m][in] · Wᵀ + b: the reference path when asked and built (a Reference-only layer always
+    // runs it), else the fast one with activations of precision p. m == 0 is a no-op.
+    void forward(const float* x, int64_t m, float* y, bool reference = false,
+                 ops::Precision p = ops::Precision::Exact) const;
+
+private:
+    void reference_forward(const float* x, int64_t m, float* y) const;
+    void reference_quant(const float* x, int64_t m, float* y) const;
+
+    int64_t out_ = 0, in_ = 0;
+    std::vector<float> bias_;
+    std::unique_ptr<QuantMatrix> quant_;  // reference rows of a quantised layer (and the streamed provider's)
+    const uint16_t* bf16_ = nullptr;      // reference rows of a BF16 layer, in place
+    std::vector<float> f32_;
+    ops::PackedLinear packed_;
+};
+
+}  // namespace clef

@@ -1,0 +1,350 @@
+#include "tools/gguf_convert.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "io/gguf.h"
+#include "io/model_dir.h"
+#include "model/gguf_model.h"
+#include "model/tensors.h"
+#include "quant/quant.h"
+#include "tokenizer/gguf_vocab.h"
+#include "util/error.h"
+#include "util/text.h"
+
+namespace clef {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// llama.cpp's use_more_bits: the first and last eighth of the layers and every third one between.
+bool use_more_bits(int i, int n) {
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+}  // namespace
+
+bool parse_gguf_file_type(std::string_view s, GgufFileType& out) {
+    std::string l(s);
+    for (char& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (l == "f16")
+        out = GgufFileType::F16;
+    else if (l == "bf16")
+        out = GgufFileType::BF16;
+    else if (l == "q8_0")
+        out = GgufFileType::Q8_0;
+    else if (l == "q4_k_m")
+        out = GgufFileType::Q4_K_M;
+    else if (l == "q5_k_m")
+        out = GgufFileType::Q5_K_M;
+    else if (l == "q6_k")
+        out = GgufFileType::Q6_K;
+    else
+        return false;
+    return true;
+}
+
+std::string llama_file_type_name(int64_t ftype) {
+    // llama.h's llama_ftype (LLAMA_FTYPE_MOSTLY_* without the prefix); 4-6 and 33-35 are retired.
+    static const std::map<int64_t, const char*> kNames = {
+        {0, "F32"},     {1, "F16"},     {2, "Q4_0"},      {3, "Q4_1"},    {7, "Q8_0"},     {8, "Q5_0"},
+        {9, "Q5_1"},    {10, "Q2_K"},   {11, "Q3_K_S"},   {12, "Q3_K_M"}, {13, "Q3_K_L"},  {14, "Q4_K_S"},
+        {15, "Q4_K_M"}, {16, "Q5_K_S"}, {17, "Q5_K_M"},   {18, "Q6_K"},   {19, "IQ2_XXS"}, {20, "IQ2_XS"},
+        {21, "Q2_K_S"}, {22, "IQ3_XS"}, {23, "IQ3_XXS"},  {24, "IQ1_S"},  {25, "IQ4_NL"},  {26, "IQ3_S"},
+        {27, "IQ3_M"},  {28, "IQ2_S"},  {29, "IQ2_M"},    {30, "IQ4_XS"}, {31, "IQ1_M"},   {32, "BF16"},
+        {36, "TQ1_0"},  {37, "TQ2_0"},  {38, "MXFP4_MOE"}};
+    auto it = kNames.find(ftype);
+    return it != kNames.end() ? it->second : "unknown (" + std::to_string(ftype) + ")";
+}
+
+const char* gguf_file_type_name(GgufFileType t) {
+    switch (t) {
+        case GgufFileType::F16:
+            return "f16";
+        case GgufFileType::BF16:
+            return "bf16";
+        case GgufFileType::Q8_0:
+            return "q8_0";
+        case GgufFileType::Q4_K_M:
+            return "q4_k_m";
+        case GgufFileType::Q5_K_M:
+            return "q5_k_m";
+        case GgufFileType::Q6_K:
+            return "q6_k";
+    }
+    return "?";
+}
+
+namespace {
+uint32_t llama_ftype(GgufFileType t) {
+    switch (t) {
+        case GgufFileType::F16:
+            return 1;
+        case GgufFileType::BF16:
+            return 32;
+        case GgufFileType::Q8_0:
+            return 7;
+        case GgufFileType::Q4_K_M:
+            return 15;
+        case GgufFileType::Q5_K_M:
+            return 17;
+        case GgufFileType::Q6_K:
+            return 18;
+    }
+    return 0;
+}
+constexpr uint32_t T(GgmlType t) {
+    return static_cast<uint32_t>(t);
+}
+}  // namespace
+
+uint32_t gguf_tensor_type(const std::string& name, const std::vector<uint64_t>& dims, GgufFileType ft,
+                          int n_layers) {
+    const GgufQuant q = gguf_quant_of(name);
+    const bool matrix = dims.size() >= 2 && dims[1] > 1;
+    if (!matrix || q == GgufQuant::F32 || name.find("norm") != std::string::npos ||
+        (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0))
+        return T(GgmlType::F32);
+    uint32_t type;
+    if (ft == GgufFileType::F16) {
+        type = T(GgmlType::F16);
+    } else if (ft == GgufFileType::BF16) {
+        type = T(GgmlType::BF16);
+    } else if (q == GgufQuant::HeadQ8 || q == GgufQuant::HeadBF16) {
+        type = q == GgufQuant::HeadBF16 ? T(GgmlType::BF16) : T(GgmlType::Q8_0);
+    } else if (ft == GgufFileType::Q8_0) {
+        type = T(GgmlType::Q8_0);
+    } else if (ft == GgufFileType::Q6_K) {
+        type = T(GgmlType::Q6_K);
+    } else {  // q4_k_m / q5_k_m
+        type = ft == GgufFileType::Q4_K_M ? T(GgmlType::Q4_K) : T(GgmlType::Q5_K);
+        if (q == GgufQuant::Output) type = T(GgmlType::Q6_K);
+        if (q == GgufQuant::Q8InMixed) type = T(GgmlType::Q8_0);
+        if (q == GgufQuant::MoreBits && use_more_bits(gguf_layer_of(name), n_layers))
+            type = T(GgmlType::Q6_K);
+    }
+    // llama.cpp's fallback for rows that are not a whole number of blocks.
+    const uint64_t k = dims[0];
+    if (k % ggml_type_traits(type).block_size != 0) {
+        if (type == T(GgmlType::Q4_K))
+            type = T(GgmlType::Q5_0);
+        else if (type == T(GgmlType::Q5_K))
+            type = T(GgmlType::Q5_1);
+        else if (type == T(GgmlType::Q6_K))
+            type = T(GgmlType::Q8_0);
+        if (k % ggml_type_traits(type).block_size != 0) type = T(GgmlType::F16);
+    }
+    return type;
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Convert
+
+namespace {
+
+// What a conversion reads: the model directory, its configs and weights (the joint head's for --arch clef
+// only) and where the backbone's tensors sit in the checkpoint.
+struct ConvertInputs {
+    ModelDir dir;
+    ModelConfig config;
+    std::shared_ptr<Checkpoint> ck;
+    std::optional<HeadConfig> head_config;
+    std::shared_ptr<SafetensorsFile> head;
+    std::string ck_prefix;
+};
+
+ConvertInputs open_inputs(const std::string& model_dir, const ConvertOptions& opt) {
+    if (opt.arch != "clef" && opt.arch != "qwen35")
+        throw Error("--arch must be clef or qwen35, not '" + opt.arch + "'");
+    ConvertInputs in;
+    in.dir = locate_model_dir(model_dir);
+    in.config = load_model_config(in.dir.config_path);
+    in.ck = std::make_shared<Checkpoint>(Checkpoint::open(in.dir.weights_path));
+    if (opt.arch == "clef") {
+        if (!in.dir.has_head())
+            throw Error(model_dir + ": --arch clef needs joint_head.safetensors and joint_head_config.json");
+        in.head_config = load_head_config(in.dir.head_config_path);
+        in.head = std::make_shared<SafetensorsFile>(SafetensorsFile::open(in.dir.head_weights_path));
+    }
+    // Checkpoint prefix: the publisher's nested layout or a plain text model.
+    in.ck_prefix = text_prefix_in([&](const std::string& n) { return in.ck->find(n) != nullptr; });
+    if (in.ck_prefix.empty()) throw Error(in.ck->description() + ": no text backbone");
+    return in;
+}
+
+void write_general_metadata(GgufWriter& w, const std::string& model_dir, const ConvertOptions& opt) {
+    w.add_string("general.architecture", opt.arch);
+    w.add_string("general.name", fs::path(model_dir).filename().string());
+    w.add_uint32("general.file_type", llama_ftype(opt.type));
+    w.add_uint32("general.quantization_version", 2);
+}
+
+// The backbone's hyperparameters under the architecture prefix A ("clef." / "qwen35."); config_path is the
+// config.json they come from, for the error when the layer types cannot be described.
+void write_text_metadata(GgufWriter& w, const std::string& A, const TextConfig& c,
+                         const std::string& config_path) {
+    w.add_uint32(A + "block_count", c.num_layers);
+    w.add_uint32(A + "context_length", c.max_position_embeddings);
+    w.add_uint32(A + "embedding_length", c.hidden_size);
+    w.add_uint32(A + "feed_forward_length", c.intermediate_size);
+    w.add_uint32(A + "attention.head_count", c.num_heads);
+    w.add_uint32(A + "attention.head_count_kv", c.num_kv_heads);
+    w.add_uint32(A + "attention.key_length", c.head_dim);
+    w.add_uint32(A + "attention.value_length", c.head_dim);
+    w.add_float32(A + "attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+    w.add_float32(A + "rope.freq_base", static_cast<float>(c.rope_theta));
+    w.add_uint32(A + "rope.dimension_count", c.rotary_dim);
+    std::vector<int32_t> sections(c.mrope_section.begin(), c.mrope_section.end());
+    sections.resize(4, 0);
+    w.add_int32_array(A + "rope.dimension_sections", sections);
+    const int interval = full_attention_interval_of(c.layer_types);
+    if (interval == 0)
+        throw Error(config_path +
+                    ": layer_types is not periodic (full_attention_interval), which GGUF cannot describe");
+    w.add_uint32(A + "full_attention_interval", interval);
+    w.add_uint32(A + "ssm.conv_kernel", c.linear_conv_kernel);
+    w.add_uint32(A + "ssm.state_size", c.linear_key_head_dim);
+    w.add_uint32(A + "ssm.group_count", c.linear_num_key_heads);
+    w.add_uint32(A + "ssm.time_step_rank", c.linear_num_value_heads);
+    w.add_uint32(A + "ssm.inner_size", c.linear_num_value_heads * c.linear_value_head_dim);
+}
+
+// The joint head's hyperparameters (--arch clef), under the same prefix A.
+void write_head_metadata(GgufWriter& w, const std::string& A, const HeadConfig& hc) {
+    w.add_string(A + "decision.type", "clef");
+    w.add_uint32(A + "decision.routing_block_count", hc.routing_layers);
+    w.add_uint32(A + "decision.block_count", hc.layers);
+    w.add_uint32(A + "decision.head_count", hc.heads);
+    w.add_uint32(A + "decision.embedding_length", hc.width);
+    w.add_uint32(A + "decision.feed_forward_length", hc.feedforward);
+    w.add_float32(A + "attention.layer_norm_epsilon", 1e-5f);
+}
+
+// llama.cpp's named chat templates: tokenizer.chat_template.<name> for each, then the
+// tokenizer.chat_templates list of the names; nothing when there are none.
+void write_chat_templates(GgufWriter& w, const std::map<std::string, std::string>& templates) {
+    if (templates.empty()) return;
+    std::vector<std::string> names;
+    for (const auto& [name, text] : templates) {
+        w.add_string("tokenizer.chat_template." + name, text);
+        names.push_back(name);
+    }
+    w.add_string_array("tokenizer.chat_templates", names);
+}
+
+// Adds tensors to w in the ggml type gguf_tensor_type gives them and counts them per type. `make` gives the
+// values in the GGUF layout; it runs, and the rows are quantised, only when the file is written.
+struct TensorSink {
+    GgufWriter& w;
+    GgufFileType file_type;
+    int n_layers;
+    ConvertSummary& sum;
+
+    void operator()(const TensorSpec& s, std::function<std::vector<float>()> make) const {
+        const std::vector<uint64_t> dims = gguf_dims(s);
+        const uint32_t type = gguf_tensor_type(s.gguf, dims, file_type, n_layers);
+        const GgmlTypeTraits tt = ggml_type_traits(type);
+        uint64_t n = 1;
+        for (uint64_t d : dims) n *= d;
+        const uint64_t k = dims[0], rows = n / k, rb = ggml_row_bytes(tt, k);
+        ++sum.tensors_per_type[tt.name];
+        w.add_tensor(s.gguf, type, dims, rows * rb, [=](unsigned char* dst) {
+            std::vector<float> x = make();
+            if (x.size() != n) throw Error("element count mismatch");
+#pragma omp parallel for schedule(static)
+            for (int64_t r = 0; r < static_cast<int64_t>(rows); ++r)
+                quantize_row(static_cast<GgmlType>(type), x.data() + r * k, dst + r * rb,
+                             static_cast<int64_t>(k));
+        });
+    }
+};
+
+// The backbone's tensors, read from the checkpoint under prefix and put in the GGUF layouts; the output
+// matrix only when it is not tied to the embeddings or the checkpoint has one anyway.
+void add_text_tensors(const TextConfig& c, const Checkpoint& ck, const std::string& prefix,
+                      const TensorSink& add) {
+    const bool with_output = !c.tie_word_embeddings || ck.find("lm_head.weight");
+    const GdnHeads g = gdn_heads(c);
+    for_each_text_tensor(c, with_output, [&](const TensorSpec& s) {
+        const TensorView& tv = ck.get(text_name(s, prefix));
+        if (tv.shape != s.shape)
+            throw Error(tv.file + ": " + tv.name + " has shape " + shape_str(tv.shape) + ", expected " +
+                        shape_str(s.shape));
+        add(s, [&tv, s, g] {
+            std::vector<float> x = tv.to_f32();
+            to_gguf_layout(s.layout, x, s.shape, g, tv.name);
+            return x;
+        });
+    });
+}
+
+// One head tensor of the table: the three scalars as decision.scales, a third of a packed in-projection, or
+// the tensor as it is.
+void add_head_tensor(const TensorSpec& s, const SafetensorsFile& head, const TensorSink& add) {
+    auto get = [&](const std::string& n) -> const TensorView& {
+        const TensorView* t = head.find(n);
+        if (!t) throw Error(head.path() + ": missing tensor " + n);
+        return *t;
+    };
+    if (s.layout == GgufLayout::Scales) {
+        if (s.hf != "prior_logit_scale") return;  // the three scalars are written once, together
+        auto val = [&](const char* n) {
+            const TensorView& t = get(n);
+            if (t.numel() != 1) throw Error(head.path() + ": " + n + " is not a scalar");
+            return t.to_f32()[0];
+        };
+        const float ln100 = std::log(100.f);
+        std::vector<float> v = {std::exp(std::min(val("prior_logit_scale"), ln100)),
+                                std::exp(std::min(val("joint_logit_scale"), ln100)),
+                                1.f / (1.f + std::exp(-val("residual_gate")))};
+        add(s, [v] { return v; });
+        return;
+    }
+    const TensorView& tv = get(s.hf);
+    if (tv.shape != s.shape)
+        throw Error(head.path() + ": " + s.hf + " has shape " + shape_str(tv.shape) + ", expected " +
+                    shape_str(s.shape));
+    add(s, [&tv, split = s.layout == GgufLayout::Split, part = s.part] {
+        std::vector<float> x = tv.to_f32();
+        if (!split) return x;
+        const size_t third = x.size() / 3;
+        return std::vector<float>(x.begin() + part * third, x.begin() + (part + 1) * third);
+    });
+}
+
+}  // namespace
+
+ConvertSummary convert_to_gguf(const std::string& model_dir, const std::string& out_path,
+                               const ConvertOptions& opt) {
+    const ConvertInputs in = open_inputs(model_dir, opt);
+    const TextConfig& c = in.config.text;
+    const bool clef = opt.arch == "clef";
+    const std::string A = opt.arch + ".";
+    GgufWriter w;
+    write_general_metadata(w, model_dir, opt);
+    write_text_metadata(w, A, c, in.dir.config_path);
+    if (clef) write_head_metadata(w, A, *in.head_config);
+    write_gguf_tokenizer(w, in.dir.tokenizer_path, c.vocab_size);
+    if (clef) write_chat_templates(w, opt.chat_templates);
+
+    ConvertSummary sum;
+    const TensorSink add{w, opt.type, c.num_layers, sum};
+    add_text_tensors(c, *in.ck, in.ck_prefix, add);
+    if (clef)
+        for_each_head_tensor(*in.head_config,
+                             [&](const TensorSpec& s) { add_head_tensor(s, *in.head, add); });
+    w.write(out_path, opt.progress);
+    for (auto& [t, n] : sum.tensors_per_type) sum.tensors += n;
+    std::error_code ec;
+    sum.bytes = fs::file_size(out_path, ec);
+    return sum;
+}
+
+}  // namespace clef
