@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "decision/answer.h"
+#include "ops/basic.h"
 
 using namespace clef;
 
@@ -22,11 +23,11 @@ TEST(PythonRound, MatchesCPython) {
 }
 
 TEST(Softmax, Float32) {
-    auto p = softmax_f32({1.f, 2.f, 3.f});
+    auto p = ops::softmax_f32({1.f, 2.f, 3.f});
     EXPECT_NEAR(p[0], 0.09003057f, 1e-7);
     EXPECT_NEAR(p[1], 0.24472847f, 1e-7);
     EXPECT_NEAR(p[2], 0.66524096f, 1e-7);
-    auto big = softmax_f32({1000.f, 1000.f});
+    auto big = ops::softmax_f32({1000.f, 1000.f});
     EXPECT_FLOAT_EQ(big[0], 0.5f);
 }
 

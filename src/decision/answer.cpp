@@ -36,20 +36,6 @@ std::vector<std::string> confidence_convention_names() {
     return v;
 }
 
-std::vector<float> softmax_f32(const std::vector<float>& logits) {
-    std::vector<float> p(logits.size());
-    if (logits.empty()) return p;
-    float mx = logits[0];
-    for (float l : logits) mx = std::max(mx, l);
-    float sum = 0.f;
-    for (size_t i = 0; i < logits.size(); ++i) {
-        p[i] = std::exp(logits[i] - mx);
-        sum += p[i];
-    }
-    for (auto& x : p) x /= sum;
-    return p;
-}
-
 double python_round(double x, int ndigits) {
     if (!std::isfinite(x)) return x;
     // glibc's printf is exact (ties to even on the exact binary value), like CPython's dtoa-based round().

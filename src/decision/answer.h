@@ -31,8 +31,6 @@ struct AnswerOptions {
     int decimals = 4;  // rounding of every emitted number; negative = unrounded
 };
 
-// float32 softmax, as torch's logits.float().softmax(-1).
-std::vector<float> softmax_f32(const std::vector<float>& logits);
 // Python's round(x, ndigits) for floats: correctly rounded, ties to even on the exact binary value.
 double python_round(double x, int ndigits);
 // Confidence of a distribution under a convention (the type decides which formula applies).

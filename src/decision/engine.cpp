@@ -12,6 +12,7 @@
 #include "model/model_files.h"
 #include "model/mrope.h"
 #include "model/vision.h"
+#include "ops/basic.h"
 #include "ops/cpu.h"
 #include "ops/gemm.h"
 #include "tokenizer/tokenizer.h"
@@ -286,7 +287,7 @@ void DecisionTask::State::finish() {
     const auto td = Clock::now();
     d.logits = e.head_->decide(features, hq);
     if (prof) prof->head_decide += seconds_since(td);
-    for (const auto& l : d.logits) d.probabilities.push_back(softmax_f32(l));
+    for (const auto& l : d.logits) d.probabilities.push_back(ops::softmax_f32(l));
     d.response = decision_response(p.request, d.prompt, d.logits, d.probabilities, opt.answers, opt.debug);
     if (prof) prof->total += seconds_since(t_start);
     finished = true;

@@ -37,7 +37,7 @@ struct TextKind {
     GgufQuant quant;
 };
 
-// In the publisher's module order (make-model writes shards in this order).
+// In the publisher's module order (the order its checkpoint files hold them).
 constexpr TextKind kTextKinds[] = {
     {TextWeight::Embed, Where::Global, "embed_tokens.weight", "token_embd.weight", GgufLayout::Same,
      GgufQuant::Default},
@@ -86,7 +86,7 @@ constexpr TextKind kTextKinds[] = {
      GgufQuant::Output},
 };
 
-// Shape, initialiser and make-model dtype of one text tensor from the config.
+// Shape, initialiser and random-checkpoint dtype of one text tensor from the config.
 void shape_text_tensor(const TextConfig& c, TensorSpec& s) {
     const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
     const int64_t Hv = c.linear_num_value_heads, dv = c.linear_value_head_dim, hd = c.head_dim;
@@ -114,8 +114,8 @@ void shape_text_tensor(const TextConfig& c, TensorSpec& s) {
         case TextWeight::GdnQkv:
             s.shape = {conv_dim, H};
             s.init = fan_in(s.shape);
-            // make-model: the value rows 2.5x larger (as in the fixture), so the delta-rule outputs are not
-            // tiny.
+            // Random checkpoints: the value rows 2.5x larger (as in the fixture), so the delta-rule outputs
+            // are not tiny.
             s.init.row_len = static_cast<uint64_t>(H);
             s.init.row_begin = static_cast<uint64_t>(2 * key_dim);
             s.init.row_end = static_cast<uint64_t>(conv_dim);

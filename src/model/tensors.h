@@ -1,10 +1,10 @@
 // Every tensor of a Clef model, written down once: one table per model part (the Qwen3.5 text backbone, the
 // vision tower with its merger, the joint schema head). For each tensor: its name in the publisher's files
 // (Hugging Face), its name in llama.cpp's GGUF layout and how that layout differs, its shape from the config,
-// how `clef make-model` draws it and which ggml type `clef convert` gives it. The loaders, the GGUF reader
-// and converter, make-model, `clef info`'s parameter counts and the FLOP count all iterate these tables
-// (gemma.cpp's ForEachTensor is the model), so adding a tensor is one edit here. docs/GGUF.md explains the
-// GGUF layouts.
+// how a random checkpoint of that shape draws it and which ggml type a quantised GGUF gives it. The loaders,
+// the GGUF reader and writer, the random checkpoints, the parameter counts and the FLOP count all iterate
+// these tables (gemma.cpp's ForEachTensor is the model), so adding a tensor is one edit here. docs/GGUF.md
+// explains the GGUF layouts.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +32,7 @@ enum class GgufLayout {
     Scales,     // the head's three scalars <-> one 3-vector
 };
 
-// How `clef convert` picks a ggml type for a tensor (llama.cpp's rules; tools/gguf_convert.cpp applies them).
+// How a quantised GGUF file picks a ggml type for a tensor (llama.cpp's rules, by file type).
 enum class GgufQuant {
     F32,        // vectors, norms, conv taps, decays: always f32
     Default,    // the file type's base type
@@ -43,7 +43,7 @@ enum class GgufQuant {
     HeadBF16,   // the head's scorer output row: bf16 in every quantised file
 };
 
-// How `clef make-model` draws a tensor's values.
+// How a random checkpoint draws a tensor's values.
 struct TensorInit {
     enum class Kind { Normal, Uniform, LogUniform, Constant };
     Kind kind = Kind::Normal;
@@ -91,7 +91,7 @@ struct TensorSpec {
     int part = 0;  // Split: 0 q, 1 k, 2 v
     GgufQuant quant = GgufQuant::Default;
     TensorInit init;
-    DType dtype = DType::BF16;  // what make-model writes
+    DType dtype = DType::BF16;  // the dtype of a random checkpoint's copy
 
     int64_t numel() const;
 };

@@ -133,6 +133,20 @@ void softmax_inplace(float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+std::vector<float> softmax_f32(const std::vector<float>& logits) {
+    std::vector<float> p(logits.size());
+    if (logits.empty()) return p;
+    float mx = logits[0];
+    for (float l : logits) mx = std::max(mx, l);
+    float sum = 0.f;
+    for (size_t i = 0; i < logits.size(); ++i) {
+        p[i] = std::exp(logits[i] - mx);
+        sum += p[i];
+    }
+    for (auto& x : p) x /= sum;
+    return p;
+}
+
 void attention(const float* q, int64_t q_stride, const float* k, int64_t k_stride, const float* v,
                int64_t v_stride, int64_t lq, int64_t lk, int hq, int hkv, int dh, float scale, bool causal,
                float* out, int64_t out_stride) {

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace clef::ops {
 
@@ -33,8 +34,11 @@ void silu_inplace(float* x, int64_t n);
 void gelu_erf_inplace(float* x, int64_t n);
 void gelu_tanh_inplace(float* x, int64_t n);
 
-// Numerically stable softmax of one row, in place.
+// Numerically stable softmax of one row, in place (the denominator in double): the reference the fast forms
+// below are tested against.
 void softmax_inplace(float* x, int64_t n);
+// The answers' softmax, as torch's logits.float().softmax(-1): fp32 sum, each term divided by it.
+std::vector<float> softmax_f32(const std::vector<float>& logits);
 
 // Multi-head scaled dot-product attention, fp32, reference double loop.
 //   q: [lq][hq*dh], k,v: [lk][hkv*dh], out: [lq][hq*dh]; query head h uses kv head h / (hq / hkv).
