@@ -588,9 +588,8 @@ bool Server::Impl::advance(Running& r) {
             dopt.backbone = opt.backbone;
             dopt.threads = opt.threads;
             r.task = engine->start(r.job->prepared, dopt);
-        } else {
-            r.task->step();
         }
+        r.task->step();  // a new decision runs its first chunk in its first turn
         if (!r.task->done()) return false;
         Decision d = r.task->take();
         r.out.status = 200;
