@@ -8,36 +8,10 @@
 
 #include "decision/engine.h"
 #include "decision/state_cache.h"
-#include "test_util.h"
+#include "test_state_cache_util.h"
 
 using namespace clef;
-
-namespace {
-
-const std::string kModel = std::string(CLEF_TEST_DATA) + "/tiny-clef";
-
-const Engine& plain_engine() {
-    static const std::unique_ptr<Engine> e = Engine::load(kModel);
-    return *e;
-}
-
-// Snapshots every 8 tokens: the fixture's states are short.
-std::unique_ptr<Engine> cached_engine(uint64_t budget = uint64_t{64} << 20) {
-    LoadOptions o;
-    o.cache_bytes = budget;
-    o.cache_granularity = 8;
-    return Engine::load(kModel, "", o);
-}
-
-double max_prob_diff(const Decision& a, const Decision& b) {
-    double m = 0;
-    for (size_t i = 0; i < a.probabilities.size(); ++i)
-        for (size_t j = 0; j < a.probabilities[i].size(); ++j)
-            m = std::max(m, static_cast<double>(std::fabs(a.probabilities[i][j] - b.probabilities[i][j])));
-    return m;
-}
-
-}  // namespace
+using namespace clef::testing::state_cache;
 
 // Another question set on the same state resumes the state; a state grown at its end resumes the snapshot
 // before the change.
