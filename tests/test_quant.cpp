@@ -133,7 +133,8 @@ TEST(Quant, TypeTraits) {
     EXPECT_EQ(ggml_type_traits(30).type_size, 2u);
     EXPECT_EQ(ggml_type_traits(31).name, nullptr);  // retired Q4_0_4_4
     EXPECT_EQ(ggml_type_name(31), "type 31");
-    EXPECT_FALSE(ggml_type_traits(10).supported);  // q2_K
+    EXPECT_TRUE(ggml_type_traits(10).supported);   // q2_K
+    EXPECT_FALSE(ggml_type_traits(34).supported);  // tq1_0
     EXPECT_EQ(ggml_row_bytes(ggml_type_traits(13), 512), 352u);
 }
 
@@ -422,6 +423,205 @@ TEST(Quant, HandBuiltBlocks) {
     }
 }
 
+// The low-bit types clef reads (Q2_K, Q3_K, the i-quants): one hand-built block each, the expected values
+// worked out by hand from the block layout (src/quant/quant.h) and, for the i-quants, the grid entries of
+// ggml's ggml-common.h quoted in the comments (entry bytes listed value 0 first).
+TEST(Quant, HandBuiltLowBitBlocks) {
+    auto put16 = [](std::vector<uint8_t>& b, size_t off, uint16_t v) { std::memcpy(b.data() + off, &v, 2); };
+    auto put32 = [](std::vector<uint8_t>& b, size_t off, uint32_t v) { std::memcpy(b.data() + off, &v, 4); };
+    auto decode = [](GgmlType t, const std::vector<uint8_t>& b) {
+        const GgmlTypeTraits tt = ggml_type_traits(static_cast<uint32_t>(t));
+        EXPECT_TRUE(tt.supported) << tt.name;
+        EXPECT_EQ(b.size(), tt.type_size) << tt.name;
+        std::vector<float> y(tt.block_size), fast(tt.block_size);
+        dequantize_ref(t, b.data(), y.data(), tt.block_size);
+        dequantize_row_f32(t, b.data(), fast.data(), tt.block_size);
+        EXPECT_EQ(y, fast) << tt.name;
+        return y;
+    };
+    // Q2_K (scales @0, qs @16, d @80, dmin @82): d = 0.5, dmin = 0.25. Sub-block k of 16 = 8h + 2s + p reads
+    // bits 2s of qs[32h + 16p + l]. scales[0] = 0x23 (scale 3, min 2), qs[0] = 0xE4 (2-bit fields 0, 1, 2,
+    // 3): value 0 = 0.5*3*0 - 0.25*2 = -0.5; values 32 / 64 / 96 (s = 1, 2, 3; scale 1, min 0) = 0.5, 1, 1.5;
+    // value 208 = sub-block 13 (h 1, s 2, p 1; scales[13] = 0x1F), qs[48] = 0x20: 0.5*15*2 - 0.25 = 14.75.
+    {
+        std::vector<uint8_t> b(84, 0);
+        put_half(b, 80, 0.5f);
+        put_half(b, 82, 0.25f);
+        b[0] = 0x23;
+        b[2] = b[4] = b[6] = 0x01;
+        b[13] = 0x1F;
+        b[16 + 0] = 0xE4;
+        b[16 + 48] = 0x20;
+        const std::vector<float> y = decode(GgmlType::Q2_K, b);
+        EXPECT_EQ(y[0], -0.5f);
+        EXPECT_EQ(y[1], -0.5f);
+        EXPECT_EQ(y[16], 0.f);
+        EXPECT_EQ(y[32], 0.5f);
+        EXPECT_EQ(y[64], 1.f);
+        EXPECT_EQ(y[96], 1.5f);
+        EXPECT_EQ(y[208], 14.75f);
+    }
+    // Q3_K (hmask @0, qs @32, scales @96, d @108): d = 0.25; all-zero 6-bit scales mean -32 and a clear hmask
+    // bit subtracts 4, so a zero value is 0.25*-32*(0 - 4) = 32. Value 0: qs[0] = 3 with hmask bit set: -8*3
+    // = -24. Sub-block 10 (h 1, s 1, p 0): scale low nibble = high nibble of scales[2] (5), high bits = bits
+    // 4-5 of scales[10] (2): 37 - 32 = 5, dl = 1.25; value 160 = (qs[32] >> 2) & 3 = 2, hmask[0] bit 5
+    // set: 2.5; value 161 = 1.25*(0 - 4) = -5.
+    {
+        std::vector<uint8_t> b(110, 0);
+        put_half(b, 108, 0.25f);
+        b[0] = 0x21;
+        b[32 + 0] = 0x03;
+        b[32 + 32] = 0x08;
+        b[96 + 2] = 0x50;
+        b[96 + 10] = 0x20;
+        const std::vector<float> y = decode(GgmlType::Q3_K, b);
+        EXPECT_EQ(y[0], -24.f);
+        EXPECT_EQ(y[1], 32.f);
+        EXPECT_EQ(y[160], 2.5f);
+        EXPECT_EQ(y[161], -5.f);
+    }
+    // IQ2_XXS (d @0, qs @2): d = 1; first 32 values: grid indices {1, 0, 0, 0}, then the u32 3 << 28 | sign
+    // index 1 (ksigns 129: values 0 and 7 negative): db = (0.5 + 3)*0.25 = 0.875; grid entry 1 = {43, 8 x 7}:
+    // value 0 = -37.625, 1 = 7, 7 = -7, 8 (entry 0, all 8) = 7. Next 32 values: scale 0, db = 0.125: 1.
+    {
+        std::vector<uint8_t> b(66, 0);
+        put_half(b, 0, 1.f);
+        b[2] = 1;
+        put32(b, 2 + 4, 0x30000001u);
+        const std::vector<float> y = decode(GgmlType::IQ2_XXS, b);
+        EXPECT_EQ(y[0], -37.625f);
+        EXPECT_EQ(y[1], 7.f);
+        EXPECT_EQ(y[7], -7.f);
+        EXPECT_EQ(y[8], 7.f);
+        EXPECT_EQ(y[32], 1.f);
+    }
+    // IQ2_XS (d @0, qs u16 @2, scales @66): d = 2; qs[0] = grid index 2 | sign index 3 << 9 (ksigns 3: values
+    // 0 and 1 negative); scales[0] = 0x51: db = 2*1.5*0.25 = 0.75 for values 0-15, 2*5.5*0.25 = 2.75 for
+    // 16-31. Grid entry 2 = {25, 25, 8, ...}: values -18.75, -18.75, 6; value 16 (entry 0) = 22.
+    {
+        std::vector<uint8_t> b(74, 0);
+        put_half(b, 0, 2.f);
+        put16(b, 2, static_cast<uint16_t>(2 | (3 << 9)));
+        b[66] = 0x51;
+        const std::vector<float> y = decode(GgmlType::IQ2_XS, b);
+        EXPECT_EQ(y[0], -18.75f);
+        EXPECT_EQ(y[1], -18.75f);
+        EXPECT_EQ(y[2], 6.f);
+        EXPECT_EQ(y[16], 22.f);
+    }
+    // IQ2_S (d @0, qs @2, signs @34, qh @66, scales @74): d = 4; qs[0] = 1, qh[0] = 0x05: group 0 index 257
+    // = {8, 43, 25, 25, 25, 8, 25, 8}, group 1 index 256 = {25, 25, 25, 25, 25, 8, 25, 8}; signs[0] = 0x80;
+    // scales[0] = 0x32: db = 4*2.5*0.25 = 2.5 (values 0-15), 4*3.5*0.25 = 3.5 (16-31).
+    {
+        std::vector<uint8_t> b(82, 0);
+        put_half(b, 0, 4.f);
+        b[2] = 1;
+        b[34] = 0x80;
+        b[66] = 0x05;
+        b[74] = 0x32;
+        const std::vector<float> y = decode(GgmlType::IQ2_S, b);
+        EXPECT_EQ(y[0], 20.f);
+        EXPECT_EQ(y[1], 107.5f);
+        EXPECT_EQ(y[7], -20.f);
+        EXPECT_EQ(y[8], 62.5f);
+        EXPECT_EQ(y[13], 20.f);
+        EXPECT_EQ(y[16], 28.f);
+    }
+    // IQ3_XXS (d @0, qs @2, scales_signs @66): d = 0.5; qs = {1, 0, ...}: entry 1 = {20, 4, 4, 4}, entry 0 =
+    // all 4; first u32 2 << 28 | 127 (ksigns 255: values 0-7 negative): db = 0.5*2.5*0.5 = 0.625: value 0 =
+    // -12.5, 1 and 4 = -2.5, 8 = 2.5; value 32 (scale 0: db = 0.125) = 0.5.
+    {
+        std::vector<uint8_t> b(98, 0);
+        put_half(b, 0, 0.5f);
+        b[2] = 1;
+        put32(b, 66, 0x2000007Fu);
+        const std::vector<float> y = decode(GgmlType::IQ3_XXS, b);
+        EXPECT_EQ(y[0], -12.5f);
+        EXPECT_EQ(y[1], -2.5f);
+        EXPECT_EQ(y[4], -2.5f);
+        EXPECT_EQ(y[8], 2.5f);
+        EXPECT_EQ(y[32], 0.5f);
+    }
+    // IQ3_S (d @0, qs @2, qh @66, signs @74, scales @106): d = 1; scales[0] = 0x21: db = 1 + 2*1 = 3 (values
+    // 0-31), 1 + 2*2 = 5 (32-63); qs = {0, 1}, qh[0] = 1: indices 256 = {7, 5, 9, 5} and 1 = {3, 1, 1, 1};
+    // signs[0] = 0x10 (value 4 negative).
+    {
+        std::vector<uint8_t> b(110, 0);
+        put_half(b, 0, 1.f);
+        b[2 + 1] = 1;
+        b[66] = 0x01;
+        b[74] = 0x10;
+        b[106] = 0x21;
+        const std::vector<float> y = decode(GgmlType::IQ3_S, b);
+        EXPECT_EQ(y[0], 21.f);
+        EXPECT_EQ(y[1], 15.f);
+        EXPECT_EQ(y[2], 27.f);
+        EXPECT_EQ(y[4], -9.f);
+        EXPECT_EQ(y[5], 3.f);
+        EXPECT_EQ(y[8], 3.f);
+        EXPECT_EQ(y[32], 5.f);
+    }
+    // IQ1_S (d @0, qs @2, qh u16 @34): d = 0.5; qh[0] = 0xA008: delta -0.125, scale 2 (dl = 0.5*5 = 2.5),
+    // group 1 index high bits 1 -> entry 256 = {-1, 0, 1, 0, 1, -1, 0, -1}; group 0 entry 0 (all -1):
+    // 2.5*-1.125 = -2.8125. Value 32 (qh[1] = 0: dl = 0.5, delta +0.125) = 0.5*-0.875 = -0.4375.
+    {
+        std::vector<uint8_t> b(50, 0);
+        put_half(b, 0, 0.5f);
+        put16(b, 34, 0xA008);
+        const std::vector<float> y = decode(GgmlType::IQ1_S, b);
+        EXPECT_EQ(y[0], -2.8125f);
+        EXPECT_EQ(y[8], -2.8125f);
+        EXPECT_EQ(y[9], -0.3125f);
+        EXPECT_EQ(y[10], 2.1875f);
+        EXPECT_EQ(y[32], -0.4375f);
+    }
+    // IQ1_M (qs @0, qh @32, scales u16 @48): d = fp16 0x3C00 = 1 from the top nibbles of the 4 scale u16s (0,
+    // 0, 0xC, 0x3); scales u16 0 = 0x000B: 3-bit scales 3 (values 0-15: dl 7) and 1 (16-31: dl 3), then 0 (dl
+    // 1); qh[0] = 0x81: group 0 index 256 with delta +0.125, group 1 index 0 with delta -0.125.
+    {
+        std::vector<uint8_t> b(56, 0);
+        b[32] = 0x81;
+        put16(b, 48, 0x000B);
+        put16(b, 52, 0xC000);
+        put16(b, 54, 0x3000);
+        const std::vector<float> y = decode(GgmlType::IQ1_M, b);
+        EXPECT_EQ(y[0], -6.125f);
+        EXPECT_EQ(y[1], 0.875f);
+        EXPECT_EQ(y[2], 7.875f);
+        EXPECT_EQ(y[8], -7.875f);
+        EXPECT_EQ(y[16], -2.625f);
+        EXPECT_EQ(y[32], -0.875f);
+    }
+    // IQ4_NL (d @0, qs @2; levels -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113):
+    // d = 0.5, qs[0] = 0xF0, qs[1] = 0x78.
+    {
+        std::vector<uint8_t> b(18, 0);
+        put_half(b, 0, 0.5f);
+        b[2] = 0xF0;
+        b[3] = 0x78;
+        const std::vector<float> y = decode(GgmlType::IQ4_NL, b);
+        EXPECT_EQ(y[0], -63.5f);
+        EXPECT_EQ(y[16], 56.5f);
+        EXPECT_EQ(y[1], 0.5f);
+        EXPECT_EQ(y[17], -5.f);
+    }
+    // IQ4_XS (d @0, scales_h u16 @2, scales_l @4, qs @8): d = 0.25; group 0 scale 1 | 2 << 4 = 33 (dl 0.25),
+    // the others 0 (dl -8); qs[0] = 0x0F: value 0 = 0.25*113, value 16 = 0.25*-127; values 32 and 64 (nibble
+    // 0) = -8*-127.
+    {
+        std::vector<uint8_t> b(136, 0);
+        put_half(b, 0, 0.25f);
+        put16(b, 2, 0x0002);
+        b[4] = 0x01;
+        b[8] = 0x0F;
+        const std::vector<float> y = decode(GgmlType::IQ4_XS, b);
+        EXPECT_EQ(y[0], 28.25f);
+        EXPECT_EQ(y[16], -31.75f);
+        EXPECT_EQ(y[32], 1016.f);
+        EXPECT_EQ(y[64], 1016.f);
+    }
+}
+
 TEST(Quant, QuantiserRoundTripErrors) {
     std::mt19937 rng(11);
     std::normal_distribution<float> nd(0.f, 1.f);
@@ -478,10 +678,10 @@ TEST(Quant, Refusals) {
     std::vector<uint8_t> q(1024);
     std::vector<float> y(256);
     try {
-        dequantize_ref(GgmlType::Q2_K, q.data(), y.data(), 256);
+        dequantize_ref(GgmlType::TQ1_0, q.data(), y.data(), 256);
         FAIL();
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("q2_K"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("tq1_0"), std::string::npos) << e.what();
     }
     EXPECT_THROW(dequantize_ref(GgmlType::Q4_K, q.data(), y.data(), 100), Error);  // not whole blocks
     EXPECT_THROW(quantize_row(GgmlType::IQ4_XS, y.data(), q.data(), 256), Error);

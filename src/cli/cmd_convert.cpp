@@ -1,5 +1,6 @@
-// `clef convert --model DIR --out FILE.gguf --type f16|bf16|q8_0|q4_k_m|q5_k_m|q6_k [--arch clef|qwen35]`:
-// a publisher-layout model directory to one GGUF file (see tools/gguf_convert.h and docs/GGUF.md).
+// `clef convert --model DIR|FILE.gguf --out FILE.gguf --type f32|f16|bf16|q8_0|q4_k_m|q5_k_m|q6_k
+// [--arch clef|qwen35]`: a publisher-layout model directory, or a GGUF file (requantised or upcast), to one
+// GGUF file (see tools/gguf_convert.h and docs/GGUF.md).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -9,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "decision/prompt.h"
+#include "io/gguf.h"
 #include "model/gguf_model.h"
 #include "tools/gguf_convert.h"
 #include "util/error.h"
@@ -19,12 +21,13 @@ namespace {
 
 struct ConvertCliOptions {
     std::string model, out, type = "bf16", arch = "clef";
+    bool arch_given = false;
 };
 
 void run_convert(const ConvertCliOptions& o) {
     ConvertOptions opt;
     if (!parse_gguf_file_type(o.type, opt.type))
-        throw Error("--type '" + o.type + "' is not one of f16, bf16, q8_0, q4_k_m, q5_k_m, q6_k");
+        throw Error("--type '" + o.type + "' is not one of f32, f16, bf16, q8_0, q4_k_m, q5_k_m, q6_k");
     opt.arch = o.arch;
     opt.chat_templates["systemone"] = systemone_chat_template();
     const bool tty = isatty(fileno(stderr));
@@ -37,7 +40,11 @@ void run_convert(const ConvertCliOptions& o) {
                          std::string(width - fill, ' ').c_str(), 100 * f, done / 1048576.0, total / 1048576.0);
             std::fflush(stderr);
         };
-    const ConvertSummary s = convert_to_gguf(o.model, o.out, opt);
+    const bool from_gguf = is_gguf_file(o.model);
+    if (from_gguf && o.arch_given)
+        throw Error("--arch applies to model directories; a GGUF file keeps its architecture");
+    const ConvertSummary s =
+        from_gguf ? convert_gguf(o.model, o.out, opt) : convert_to_gguf(o.model, o.out, opt);
     if (tty) std::fprintf(stderr, "\n");
     std::printf("%s: %llu tensors, %llu bytes (%s, arch %s):", o.out.c_str(),
                 static_cast<unsigned long long>(s.tensors), static_cast<unsigned long long>(s.bytes),
@@ -51,11 +58,16 @@ void run_convert(const ConvertCliOptions& o) {
 void add_convert_command(CLI::App& app) {
     auto opt = std::make_shared<ConvertCliOptions>();
     CLI::App* cmd = app.add_subcommand("convert", "Convert a model directory to a GGUF file (optionally quantised)");
-    cmd->add_option("--model,-m", opt->model, "Model directory in the publisher layout")->required();
+    cmd->add_option("--model,-m", opt->model, "Model directory in the publisher layout, or a GGUF file")
+        ->required();
     cmd->add_option("--out,-o", opt->out, "Output .gguf file")->required();
-    cmd->add_option("--type,-t", opt->type, "f16, bf16, q8_0, q4_k_m, q5_k_m or q6_k (default bf16)");
-    cmd->add_option("--arch", opt->arch, "clef (backbone + head, default) or qwen35 (backbone only)");
-    cmd->callback([opt]() { run_convert(*opt); });
+    cmd->add_option("--type,-t", opt->type, "f32, f16, bf16, q8_0, q4_k_m, q5_k_m or q6_k (default bf16)");
+    CLI::Option* arch =
+        cmd->add_option("--arch", opt->arch, "clef (backbone + head, default) or qwen35 (backbone only)");
+    cmd->callback([opt, arch]() {
+        opt->arch_given = arch->count() > 0;
+        run_convert(*opt);
+    });
 }
 
 }  // namespace clef

@@ -739,6 +739,55 @@ void GgufWriter::add_int32_array(const std::string& key, const std::vector<int32
     kv_.emplace_back(key, std::move(b));
 }
 
+namespace {
+// The type id and value of v, as the file encodes them (arrays: element type, count, elements).
+void put_value(std::vector<unsigned char>& b, const GgufValue& v, bool with_type) {
+    if (with_type) put<uint32_t>(b, static_cast<uint32_t>(v.type()));
+    switch (v.type()) {
+        case GgufType::kString:
+            put_str(b, std::string(v.as_string()));
+            return;
+        case GgufType::kArray: {
+            const GgufType et = v.element_type();
+            put<uint32_t>(b, static_cast<uint32_t>(et));
+            put<uint64_t>(b, v.size());
+            if (et == GgufType::kString) {
+                for (std::string_view s : v.strings()) put_str(b, std::string(s));
+            } else if (et == GgufType::kArray) {
+                for (size_t i = 0; i < v.size(); ++i) put_value(b, v.array_at(i), false);
+            } else {
+                const unsigned char* p = v.raw_data();
+                b.insert(b.end(), p, p + v.size() * gguf_type_size(et));
+            }
+            return;
+        }
+        case GgufType::kFloat32:
+            put<float>(b, static_cast<float>(v.as_float()));
+            return;
+        case GgufType::kFloat64:
+            put<double>(b, v.as_float());
+            return;
+        case GgufType::kBool:
+            put<uint8_t>(b, v.as_bool() ? 1 : 0);
+            return;
+        default: {  // integers: the low bytes of the value, two's complement
+            const GgufType t = v.type();
+            const bool is_signed = t == GgufType::kInt8 || t == GgufType::kInt16 || t == GgufType::kInt32 ||
+                                   t == GgufType::kInt64;
+            const uint64_t u = is_signed ? static_cast<uint64_t>(v.as_int()) : v.as_uint();
+            const unsigned char* p = reinterpret_cast<const unsigned char*>(&u);
+            b.insert(b.end(), p, p + gguf_type_size(v.type()));
+        }
+    }
+}
+}  // namespace
+
+void GgufWriter::add_value(const std::string& key, const GgufValue& v) {
+    std::vector<unsigned char> b;
+    put_value(b, v, true);
+    kv_.emplace_back(key, std::move(b));
+}
+
 void GgufWriter::add_tensor(const std::string& name, uint32_t ggml_type, std::vector<uint64_t> dims,
                             uint64_t nbytes, Fill fill) {
     tensors_.push_back({name, ggml_type, std::move(dims), nbytes, std::move(fill)});

@@ -92,9 +92,9 @@ std::vector<int64_t> reversed(const std::vector<uint64_t>& d) {
 
 void require_supported(const GgufFile& f, const GgufTensorInfo& t) {
     if (!ggml_type_traits(t.ggml_type).supported)
-        throw Error(fmt::format("{}: tensor '{}' has ggml type {}, which clef does not support (supported: f32, "
-                                "f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K)",
-                                f.path(), t.name, ggml_type_name(t.ggml_type)));
+        throw Error(
+            fmt::format("{}: tensor '{}' has ggml type {}, which clef does not support (supported: {})",
+                        f.path(), t.name, ggml_type_name(t.ggml_type), readable_ggml_types()));
 }
 
 // Dequantises a whole GGUF tensor to fp32.

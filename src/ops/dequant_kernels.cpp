@@ -107,7 +107,7 @@ void q6_k(const BlockQ6_K* b, Out* y, int64_t nb) {
     const int N = static_cast<int>(hn::Lanes(df));
     const auto nib = hn::Set(di, 0xF), three = hn::Set(di, 3), off = hn::Set(di, 32);
     for (int64_t i = 0; i < nb; ++i) {
-        const auto d = hn::Set(df, f16_to_f32(b[i].d));
+        const float d = f16_to_f32(b[i].d);
         const uint8_t* ql = b[i].ql;
         const uint8_t* qh = b[i].qh;
         const int8_t* sc = b[i].scales;
@@ -120,9 +120,9 @@ void q6_k(const BlockQ6_K* b, Out* y, int64_t nb) {
                     hn::Or(hn::And(c, nib), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(hb), three))),
                     hn::Or(hn::ShiftRight<4>(a), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<4>(hb), three))),
                     hn::Or(hn::ShiftRight<4>(c), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<6>(hb), three)))};
-                for (int j = 0; j < 4; ++j) {
-                    const auto prod = hn::Mul(hn::Sub(q[j], off), hn::Set(di, sc[is + 2 * j]));
-                    store(df, hn::Mul(d, hn::ConvertTo(df, prod)), y + 32 * j + l);
+                for (int j = 0; j < 4; ++j) {  // (d * scale) * level, ggml's order
+                    const auto ds = hn::Set(df, d * static_cast<float>(sc[is + 2 * j]));
+                    store(df, hn::Mul(ds, hn::ConvertTo(df, hn::Sub(q[j], off))), y + 32 * j + l);
                 }
             }
         }

@@ -7,6 +7,7 @@
 
 #include "ops/quant_blocks.h"
 #include "ops/quant_kernels.h"
+#include "quant/dequant_lowbit.h"
 #include "util/error.h"
 #include "util/half.h"
 #include "util/mmap.h"
@@ -146,10 +147,11 @@ void deq_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {
                 const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
                 const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
                 const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                y[l] = d * static_cast<float>(sc[is] * q1);
-                y[l + 32] = d * static_cast<float>(sc[is + 2] * q2);
-                y[l + 64] = d * static_cast<float>(sc[is + 4] * q3);
-                y[l + 96] = d * static_cast<float>(sc[is + 6] * q4);
+                // (d * scale) * level, in ggml's order (the rounding and the sign of a zero depend on it)
+                y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
+                y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+                y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+                y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
             }
         }
     }
@@ -187,8 +189,8 @@ void check_n(GgmlType type, int64_t n) {
     const GgmlTypeTraits t = ggml_type_traits(static_cast<uint32_t>(type));
     if (!t.name) throw Error("ggml " + ggml_type_name(static_cast<uint32_t>(type)) + " is not a ggml type");
     if (!t.supported)
-        throw Error("ggml type " + std::string(t.name) + " is not supported (clef reads f32, f16, bf16, q8_0, "
-                    "q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K)");
+        throw Error("ggml type " + std::string(t.name) + " is not supported (clef reads " +
+                    readable_ggml_types() + ")");
     if (n < 0 || n % t.block_size != 0)
         throw Error("ggml type " + std::string(t.name) + ": " + std::to_string(n) +
                     " values are not a whole number of blocks of " + std::to_string(t.block_size));
@@ -425,31 +427,51 @@ GgmlTypeTraits ggml_type_traits(uint32_t type) {
         case GgmlType::Q5_1: return {"q5_1", 32, 24, true};
         case GgmlType::Q8_0: return {"q8_0", 32, 34, true};
         case GgmlType::Q8_1: return {"q8_1", 32, 36, false};
-        case GgmlType::Q2_K: return {"q2_K", 256, 84, false};
-        case GgmlType::Q3_K: return {"q3_K", 256, 110, false};
+        case GgmlType::Q2_K:
+            return {"q2_K", 256, 84, true};
+        case GgmlType::Q3_K:
+            return {"q3_K", 256, 110, true};
         case GgmlType::Q4_K: return {"q4_K", 256, 144, true};
         case GgmlType::Q5_K: return {"q5_K", 256, 176, true};
         case GgmlType::Q6_K: return {"q6_K", 256, 210, true};
         case GgmlType::Q8_K: return {"q8_K", 256, 292, false};
-        case GgmlType::IQ2_XXS: return {"iq2_xxs", 256, 66, false};
-        case GgmlType::IQ2_XS: return {"iq2_xs", 256, 74, false};
-        case GgmlType::IQ3_XXS: return {"iq3_xxs", 256, 98, false};
-        case GgmlType::IQ1_S: return {"iq1_s", 256, 50, false};
-        case GgmlType::IQ4_NL: return {"iq4_nl", 32, 18, false};
-        case GgmlType::IQ3_S: return {"iq3_s", 256, 110, false};
-        case GgmlType::IQ2_S: return {"iq2_s", 256, 82, false};
-        case GgmlType::IQ4_XS: return {"iq4_xs", 256, 136, false};
+        case GgmlType::IQ2_XXS:
+            return {"iq2_xxs", 256, 66, true};
+        case GgmlType::IQ2_XS:
+            return {"iq2_xs", 256, 74, true};
+        case GgmlType::IQ3_XXS:
+            return {"iq3_xxs", 256, 98, true};
+        case GgmlType::IQ1_S:
+            return {"iq1_s", 256, 50, true};
+        case GgmlType::IQ4_NL:
+            return {"iq4_nl", 32, 18, true};
+        case GgmlType::IQ3_S:
+            return {"iq3_s", 256, 110, true};
+        case GgmlType::IQ2_S:
+            return {"iq2_s", 256, 82, true};
+        case GgmlType::IQ4_XS:
+            return {"iq4_xs", 256, 136, true};
         case GgmlType::I8: return {"i8", 1, 1, false};
         case GgmlType::I16: return {"i16", 1, 2, false};
         case GgmlType::I32: return {"i32", 1, 4, false};
         case GgmlType::I64: return {"i64", 1, 8, false};
         case GgmlType::F64: return {"f64", 1, 8, false};
-        case GgmlType::IQ1_M: return {"iq1_m", 256, 56, false};
+        case GgmlType::IQ1_M:
+            return {"iq1_m", 256, 56, true};
         case GgmlType::TQ1_0: return {"tq1_0", 256, 54, false};
         case GgmlType::TQ2_0: return {"tq2_0", 256, 66, false};
         case GgmlType::MXFP4: return {"mxfp4", 32, 17, false};
     }
     return {};
+}
+
+std::string readable_ggml_types() {
+    std::string out;
+    for (uint32_t id = 0; id < 64; ++id) {
+        const GgmlTypeTraits t = ggml_type_traits(id);
+        if (t.name && t.supported) out += (out.empty() ? "" : ", ") + std::string(t.name);
+    }
+    return out;
 }
 
 std::string ggml_type_name(uint32_t type) {
@@ -484,6 +506,39 @@ void dequantize_ref(GgmlType type, const void* src, float* y, int64_t n) {
         case GgmlType::Q4_K: deq_q4_k(reinterpret_cast<const BlockQ4_K*>(p), y, n / kQKK); return;
         case GgmlType::Q5_K: deq_q5_k(reinterpret_cast<const BlockQ5_K*>(p), y, n / kQKK); return;
         case GgmlType::Q6_K: deq_q6_k(reinterpret_cast<const BlockQ6_K*>(p), y, n / kQKK); return;
+        case GgmlType::Q2_K:
+            quant_detail::deq_q2_k(p, y, n / kQKK);
+            return;
+        case GgmlType::Q3_K:
+            quant_detail::deq_q3_k(p, y, n / kQKK);
+            return;
+        case GgmlType::IQ2_XXS:
+            quant_detail::deq_iq2_xxs(p, y, n / kQKK);
+            return;
+        case GgmlType::IQ2_XS:
+            quant_detail::deq_iq2_xs(p, y, n / kQKK);
+            return;
+        case GgmlType::IQ2_S:
+            quant_detail::deq_iq2_s(p, y, n / kQKK);
+            return;
+        case GgmlType::IQ3_XXS:
+            quant_detail::deq_iq3_xxs(p, y, n / kQKK);
+            return;
+        case GgmlType::IQ3_S:
+            quant_detail::deq_iq3_s(p, y, n / kQKK);
+            return;
+        case GgmlType::IQ1_S:
+            quant_detail::deq_iq1_s(p, y, n / kQKK);
+            return;
+        case GgmlType::IQ1_M:
+            quant_detail::deq_iq1_m(p, y, n / kQKK);
+            return;
+        case GgmlType::IQ4_NL:
+            quant_detail::deq_iq4_nl(p, y, n / kQK);
+            return;
+        case GgmlType::IQ4_XS:
+            quant_detail::deq_iq4_xs(p, y, n / kQKK);
+            return;
         default: break;
     }
     throw Error("ggml type " + ggml_type_name(static_cast<uint32_t>(type)) + " cannot be dequantised");

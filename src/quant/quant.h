@@ -10,9 +10,22 @@
 //   Q4_K  QK 256, 144 B: f16 d, dmin; u8 scales[12] (8 x 6-bit scale + 6-bit min); u8 qs[128]
 //   Q5_K  QK 256, 176 B: f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]
 //   Q6_K  QK 256, 210 B: u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d
+//   Q2_K  QK 256, 84 B: u8 scales[16] (4-bit scale + 4-bit min per 16); u8 qs[64]; f16 d, dmin
+//   Q3_K  QK 256, 110 B: u8 hmask[32]; u8 qs[64] (low 2 bits); u8 scales[12] (16 x 6-bit); f16 d
+//   IQ2_XXS QK 256, 66 B: f16 d; u8 qs[64] (per 32: 4 grid indices, u32 of 4 x 7-bit signs + 4-bit scale)
+//   IQ2_XS  QK 256, 74 B: f16 d; u16 qs[32] (9-bit grid index, 7-bit signs); u8 scales[8]
+//   IQ2_S   QK 256, 82 B: f16 d; u8 qs[32]; u8 signs[32]; u8 qh[8] (index bits 8-9); u8 scales[8]
+//   IQ3_XXS QK 256, 98 B: f16 d; u8 qs[64] (grid indices); u8 scales_signs[32] (as IQ2_XXS)
+//   IQ3_S   QK 256, 110 B: f16 d; u8 qs[64]; u8 qh[8] (index bit 8); u8 signs[32]; u8 scales[4]
+//   IQ1_S   QK 256, 50 B: f16 d; u8 qs[32]; u16 qh[8] (index bits 8-10, 3-bit scale, delta sign)
+//   IQ1_M   QK 256, 56 B: u8 qs[32]; u8 qh[16]; u8 scales[8] (3-bit scales; f16 d in the top nibbles)
+//   IQ4_NL  QK 32,  18 B: f16 d; u8 qs[16]                 x = kvalues[nibble] * d (non-linear levels)
+//   IQ4_XS  QK 256, 136 B: f16 d; u16 scales_h; u8 scales_l[4] (8 x 6-bit); u8 qs[128] (IQ4_NL's nibbles)
 // In the 32-blocks value j < 16 is the low nibble of qs[j], value j + 16 its high nibble (qh bit j / j + 16).
 // In the K blocks, each 64-value group g uses the low nibbles of qs[32g..32g+31] for its first 32 values and
-// the high nibbles for the next 32 (Q5_K: qh bit 2g / 2g + 1); Q6_K works on 128-value halves (see quant.cpp).
+// the high nibbles for the next 32 (Q5_K: qh bit 2g / 2g + 1); Q6_K works on 128-value halves (see
+// quant.cpp). The i-quants (IQ*) index lookup tables of 4 or 8 values (ops/iq_tables.h); Q2_K, Q3_K and the
+// IQ types are read only (scalar dequantisation, quant/dequant_lowbit.cpp).
 #pragma once
 
 #include <cstddef>
@@ -70,6 +83,8 @@ struct GgmlTypeTraits {
 GgmlTypeTraits ggml_type_traits(uint32_t type);
 // "q4_K" / "type 31" for an unknown id.
 std::string ggml_type_name(uint32_t type);
+// The types clef can dequantise, by name in id order ("f32, f16, q4_0, ...": for error messages).
+std::string readable_ggml_types();
 // Bytes of a row of n values (n must be a multiple of the block size: checked by callers via row_fits).
 inline uint64_t ggml_row_bytes(const GgmlTypeTraits& t, uint64_t n) {
     return n / t.block_size * t.type_size;

@@ -34,7 +34,9 @@ bool use_more_bits(int i, int n) {
 bool parse_gguf_file_type(std::string_view s, GgufFileType& out) {
     std::string l(s);
     for (char& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (l == "f16")
+    if (l == "f32")
+        out = GgufFileType::F32;
+    else if (l == "f16")
         out = GgufFileType::F16;
     else if (l == "bf16")
         out = GgufFileType::BF16;
@@ -66,6 +68,8 @@ std::string llama_file_type_name(int64_t ftype) {
 
 const char* gguf_file_type_name(GgufFileType t) {
     switch (t) {
+        case GgufFileType::F32:
+            return "f32";
         case GgufFileType::F16:
             return "f16";
         case GgufFileType::BF16:
@@ -85,6 +89,8 @@ const char* gguf_file_type_name(GgufFileType t) {
 namespace {
 uint32_t llama_ftype(GgufFileType t) {
     switch (t) {
+        case GgufFileType::F32:
+            return 0;
         case GgufFileType::F16:
             return 1;
         case GgufFileType::BF16:
@@ -113,7 +119,9 @@ uint32_t gguf_tensor_type(const std::string& name, const std::vector<uint64_t>& 
         (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0))
         return T(GgmlType::F32);
     uint32_t type;
-    if (ft == GgufFileType::F16) {
+    if (ft == GgufFileType::F32) {
+        type = T(GgmlType::F32);
+    } else if (ft == GgufFileType::F16) {
         type = T(GgmlType::F16);
     } else if (ft == GgufFileType::BF16) {
         type = T(GgmlType::BF16);
@@ -340,6 +348,78 @@ ConvertSummary convert_to_gguf(const std::string& model_dir, const std::string& 
     if (clef)
         for_each_head_tensor(*in.head_config,
                              [&](const TensorSpec& s) { add_head_tensor(s, *in.head, add); });
+    w.write(out_path, opt.progress);
+    for (auto& [t, n] : sum.tensors_per_type) sum.tensors += n;
+    std::error_code ec;
+    sum.bytes = fs::file_size(out_path, ec);
+    return sum;
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// GGUF -> GGUF
+
+namespace {
+
+// The type a tensor of a GGUF file gets under ft: every tensor fp32 for f32; otherwise fp32 tensors stay fp32
+// and the others follow gguf_tensor_type's rules (by GGUF name, as from a checkpoint).
+uint32_t requantised_type(const GgufTensorInfo& t, GgufFileType ft, int n_layers) {
+    if (ft == GgufFileType::F32 || t.ggml_type == T(GgmlType::F32)) return T(GgmlType::F32);
+    return gguf_tensor_type(t.name, t.dims, ft, n_layers);
+}
+
+// Tensor t of the input in ggml type `type`: its bytes as they are when the type does not change, otherwise
+// each row dequantised to fp32 and quantised again.
+void add_requantised(GgufWriter& w, const GgufTensorInfo& t, uint32_t type) {
+    const GgmlTypeTraits to = ggml_type_traits(type), from = ggml_type_traits(t.ggml_type);
+    const uint64_t k = t.row_length(), rows = t.n_rows(), rb = ggml_row_bytes(to, k),
+                   src_rb = ggml_row_bytes(from, k);
+    w.add_tensor(t.name, type, t.dims, rows * rb, [&t, type, k, rows, rb, src_rb](unsigned char* dst) {
+        if (type == t.ggml_type) {
+            std::memcpy(dst, t.data, t.nbytes);
+            return;
+        }
+        const auto src = static_cast<GgmlType>(t.ggml_type);
+#pragma omp parallel
+        {
+            std::vector<float> row(k);
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < static_cast<int64_t>(rows); ++r) {
+                dequantize_row_f32(src, t.data + r * src_rb, row.data(), static_cast<int64_t>(k));
+                quantize_row(static_cast<GgmlType>(type), row.data(), dst + r * rb, static_cast<int64_t>(k));
+            }
+        }
+    });
+}
+
+}  // namespace
+
+ConvertSummary convert_gguf(const std::string& in_path, const std::string& out_path,
+                            const ConvertOptions& opt) {
+    const GgufFile in = GgufFile::open(in_path);
+    const GgufValue* blocks = in.find(in.get_string("general.architecture", "") + ".block_count");
+    const int n_layers =
+        blocks && gguf_type_is_integer(blocks->type()) ? static_cast<int>(blocks->as_uint()) : 0;
+    GgufWriter w;
+    bool file_type_written = false;
+    for (const GgufKeyValue& kv : in.metadata()) {
+        if (kv.key == "general.alignment") continue;  // the writer aligns to its default
+        if (kv.key == "general.file_type") {
+            w.add_uint32("general.file_type", llama_ftype(opt.type));
+            file_type_written = true;
+            continue;
+        }
+        w.add_value(std::string(kv.key), kv.value);
+    }
+    if (!file_type_written) w.add_uint32("general.file_type", llama_ftype(opt.type));
+    ConvertSummary sum;
+    for (const GgufTensorInfo& t : in.tensors()) {
+        const uint32_t type = requantised_type(t, opt.type, n_layers);
+        if (type != t.ggml_type && !ggml_type_traits(t.ggml_type).supported)
+            throw Error(in_path + ": tensor " + t.name + " is " + ggml_type_name(t.ggml_type) +
+                        ", which clef cannot read");
+        add_requantised(w, t, type);
+        ++sum.tensors_per_type[ggml_type_traits(type).name];
+    }
     w.write(out_path, opt.progress);
     for (auto& [t, n] : sum.tensors_per_type) sum.tensors += n;
     std::error_code ec;

@@ -12,8 +12,16 @@
 namespace clef {
 
 // llama.cpp's file types that `clef convert` writes (general.file_type values in parentheses).
-enum class GgufFileType { F16 /*1*/, BF16 /*32*/, Q8_0 /*7*/, Q4_K_M /*15*/, Q5_K_M /*17*/, Q6_K /*18*/ };
-// "f16", "bf16", "q8_0", "q4_k_m", "q5_k_m", "q6_k" (case-insensitive); false when unknown.
+enum class GgufFileType {
+    F32 /*0*/,
+    F16 /*1*/,
+    BF16 /*32*/,
+    Q8_0 /*7*/,
+    Q4_K_M /*15*/,
+    Q5_K_M /*17*/,
+    Q6_K /*18*/
+};
+// "f32", "f16", "bf16", "q8_0", "q4_k_m", "q5_k_m", "q6_k" (case-insensitive); false when unknown.
 bool parse_gguf_file_type(std::string_view s, GgufFileType& out);
 const char* gguf_file_type_name(GgufFileType t);
 // llama.cpp's name of a general.file_type value ("Q4_K_M", "BF16", ...); "unknown (N)" otherwise.
@@ -43,5 +51,12 @@ struct ConvertSummary {
 // Converts a model directory in the publisher layout to one GGUF file. Throws clef::Error.
 ConvertSummary convert_to_gguf(const std::string& model_dir, const std::string& out_path,
                                const ConvertOptions& opt);
+// Converts a GGUF file to another file type (opt.arch and opt.chat_templates are not used): the metadata is
+// copied (general.file_type set, general.alignment dropped), fp32 tensors stay fp32, the others take
+// gguf_tensor_type's type (every tensor fp32 for F32), keeping their bytes when the type does not change and
+// dequantised to fp32 and quantised again otherwise. Throws clef::Error, naming any tensor of a type clef
+// cannot read.
+ConvertSummary convert_gguf(const std::string& in_path, const std::string& out_path,
+                            const ConvertOptions& opt);
 
 }  // namespace clef

@@ -517,14 +517,26 @@ void write_param_counts(InfoWriter& w, const ModelInfo& info) {
     count_row("total", total_tensors, info.actual.total(), info.expected.total());
 }
 
-// Tensors per dtype, the files with their sizes, and the warnings.
+double bits_per_weight(uint64_t bytes, int64_t params) {
+    return params > 0 ? 8.0 * static_cast<double>(bytes) / static_cast<double>(params) : 0.0;
+}
+
+// Tensors per dtype (with bits per weight), the files with their sizes, and the warnings.
 void write_dtypes_files_warnings(InfoWriter& w, const ModelInfo& info) {
     w.o << "\n"
-        << fmt::format("{:<24}{:>9}{:>17}{:>17}\n", info.gguf ? "tensor types" : "dtypes", "tensors",
-                       "parameters", "bytes");
-    for (const DTypeTally& d : info.dtypes)
-        w.o << fmt::format("  {:<22}{:>9}{:>17}{:>17}\n", d.dtype, with_thousands(d.tensors),
-                           with_thousands(d.params), with_thousands(static_cast<int64_t>(d.bytes)));
+        << fmt::format("{:<24}{:>9}{:>17}{:>17}{:>7}\n", info.gguf ? "tensor types" : "dtypes", "tensors",
+                       "parameters", "bytes", "bpw");
+    int64_t params = 0, tensors = 0;
+    uint64_t bytes = 0;
+    for (const DTypeTally& d : info.dtypes) {
+        w.o << fmt::format("  {:<22}{:>9}{:>17}{:>17}{:>7.2f}\n", d.dtype, with_thousands(d.tensors),
+                           with_thousands(d.params), with_thousands(static_cast<int64_t>(d.bytes)),
+                           bits_per_weight(d.bytes, d.params));
+        params += d.params, tensors += d.tensors, bytes += d.bytes;
+    }
+    w.o << fmt::format("  {:<22}{:>9}{:>17}{:>17}{:>7.2f}\n", "all", with_thousands(tensors),
+                       with_thousands(params), with_thousands(static_cast<int64_t>(bytes)),
+                       bits_per_weight(bytes, params));
 
     w.o << "\n" << fmt::format("{:<42}{:>17}{:>9}\n", "files", "bytes", "tensors");
     uint64_t total_bytes = 0;
@@ -651,7 +663,10 @@ json parameters_json(const ModelInfo& info) {
 json dtypes_json(const ModelInfo& info) {
     json dtypes = json::object();
     for (const DTypeTally& d : info.dtypes)
-        dtypes[d.dtype] = {{"tensors", d.tensors}, {"params", d.params}, {"bytes", d.bytes}};
+        dtypes[d.dtype] = {{"tensors", d.tensors},
+                           {"params", d.params},
+                           {"bytes", d.bytes},
+                           {"bits_per_weight", bits_per_weight(d.bytes, d.params)}};
     return dtypes;
 }
 

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# GGUF interop with llama.cpp's own reader and dequantisers (gguf-py, numpy; tests/gguf/check_gguf_py.py):
+#   1. tests/data/gguf/ggml-blocks.gguf (every block type, written by llama.cpp's quantisers:
+#      tests/gguf/make_ggml_blocks.c) -> `clef convert --type f32` equals gguf-py's dequantisation bit for bit;
+#   2. that file requantised by clef, and the tiny fixture converted by clef, to every type clef writes: gguf-py
+#      reads each file, and its f32 upcast (GGUF -> GGUF) equals gguf-py's dequantisation bit for bit.
+# gguf-py comes from the llama.cpp source in the npm package node-llama-cpp (pinned), fetched once per build tree;
+# numpy is Debian's python3-numpy (scripts/setup).
+# Usage: run_gguf_py_check.sh CLEF_BINARY MODEL_DIR DATA_DIR WORK_DIR
+set -euo pipefail
+clef=$1 model=$2 data=$3 work=$4
+here=$(cd "$(dirname "$0")" && pwd)
+py=/usr/bin/python3
+if [ ! -f "$work/gguf-py/gguf/__init__.py" ]; then
+  rm -rf "$work" && mkdir -p "$work"
+  (cd "$work" && npm pack --silent node-llama-cpp@3.22.1 >/dev/null &&
+    tar xzf node-llama-cpp-3.22.1.tgz package/llama/gitRelease.bundle &&
+    git clone -q --no-checkout package/llama/gitRelease.bundle llama.cpp &&
+    git -C llama.cpp checkout -q HEAD -- gguf-py && mv llama.cpp/gguf-py gguf-py &&
+    rm -rf llama.cpp package node-llama-cpp-3.22.1.tgz)
+fi
+export PYTHONPATH="$work/gguf-py"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+"$clef" convert --model "$data/ggml-blocks.gguf" --out "$out/blocks-f32.gguf" --type f32 >/dev/null
+"$py" "$here/check_gguf_py.py" dequant "$data/ggml-blocks.gguf" "$out/blocks-f32.gguf"
+
+for type in f16 bf16 q8_0 q4_k_m q5_k_m q6_k; do
+  # the blocks file requantised by clef (its 512-wide rows take the K types the tiny model's rows cannot)
+  "$clef" convert --model "$data/ggml-blocks.gguf" --out "$out/blocks-$type.gguf" --type "$type" >/dev/null
+  "$clef" convert --model "$out/blocks-$type.gguf" --out "$out/blocks-$type-f32.gguf" --type f32 >/dev/null
+  "$py" "$here/check_gguf_py.py" dequant "$out/blocks-$type.gguf" "$out/blocks-$type-f32.gguf"
+  "$clef" convert --model "$model" --out "$out/tiny-$type.gguf" --type "$type" >/dev/null
+  "$clef" convert --model "$out/tiny-$type.gguf" --out "$out/tiny-$type-f32.gguf" --type f32 >/dev/null
+  "$py" "$here/check_gguf_py.py" dequant "$out/tiny-$type.gguf" "$out/tiny-$type-f32.gguf"
+done
