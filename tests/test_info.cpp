@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "io/gguf.h"
 #include "io/model_dir.h"
 #include "model/gguf_model.h"
 #include "quant/quant.h"
@@ -617,6 +619,25 @@ TEST_F(TempDirTest, GgufCliTextAndJson) {
          {"linear_attention_layers", "full_attention_layers", "embed_tokens", "lm_head", "head"})
         EXPECT_EQ(j["parameters"][key]["actual"], ref.at(key).params) << key;
     EXPECT_EQ(j["counts_match"], true);
+    // Bits per weight per type and overall: q8_0 is 34 bytes per 32 values = 8.5 bits.
+    EXPECT_NEAR(j["dtypes"]["q8_0"]["bits_per_weight"].get<double>(), 8.5, 1e-9);
+
+    // A tensor relabelled as mxfp4 (17 B / 32 values, smaller than q8_0's 34: still inside the file): a
+    // warning names the type and the tensor.
+    const clef::GgufFile f = clef::GgufFile::open(path);
+    const clef::GgufTensorInfo* t = nullptr;
+    for (const clef::GgufTensorInfo& x : f.tensors())
+        if (x.ggml_type == 8) t = &x;
+    ASSERT_NE(t, nullptr);
+    std::string bytes = read_file(path);
+    const uint32_t mxfp4 = 39;
+    std::memcpy(&bytes[t->info_offset + 8 + t->name.size() + 4 + 8 * t->dims.size()], &mxfp4, 4);
+    const std::string bad = (dir_ / "mxfp4.gguf").string();
+    std::ofstream(bad, std::ios::binary) << bytes;
+    r = run_clef("info --model " + bad + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("1 tensors are mxfp4, which clef cannot read"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(t->name), std::string::npos) << r.output;
 }
 
 TEST(InfoCli, Errors) {

@@ -20,6 +20,7 @@
 #include "tools/gguf_convert.h"
 #include "util/error.h"
 #include "util/half.h"
+#include "util/json.h"
 #include "util/mmap.h"
 
 using namespace clef;
@@ -633,10 +634,11 @@ TEST(Quant, QuantiserRoundTripErrors) {
         double max_rel_rms;
     };
     // Relative RMS error bounds: a few times the uniform-quantiser noise of each format on N(0, 1) data.
-    const Case cases[] = {{GgmlType::F16, 1e-3},  {GgmlType::BF16, 5e-3}, {GgmlType::Q8_0, 0.01},
-                          {GgmlType::Q6_K, 0.03}, {GgmlType::Q5_K, 0.05}, {GgmlType::Q4_K, 0.10},
-                          {GgmlType::Q5_0, 0.06}, {GgmlType::Q5_1, 0.06}, {GgmlType::Q4_0, 0.12},
-                          {GgmlType::Q4_1, 0.12}};
+    const Case cases[] = {{GgmlType::F16, 1e-3},  {GgmlType::BF16, 5e-3},   {GgmlType::Q8_0, 0.01},
+                          {GgmlType::Q6_K, 0.03}, {GgmlType::Q5_K, 0.05},   {GgmlType::Q4_K, 0.10},
+                          {GgmlType::Q5_0, 0.06}, {GgmlType::Q5_1, 0.06},   {GgmlType::Q4_0, 0.12},
+                          {GgmlType::Q4_1, 0.12}, {GgmlType::IQ4_NL, 0.12}, {GgmlType::IQ4_XS, 0.12},
+                          {GgmlType::Q3_K, 0.25}, {GgmlType::Q2_K, 0.45}};
     for (const Case& c : cases) {
         const GgmlTypeTraits tt = ggml_type_traits(static_cast<uint32_t>(c.t));
         SCOPED_TRACE(tt.name);
@@ -656,7 +658,9 @@ TEST(Quant, QuantiserRoundTripErrors) {
 
 TEST(Quant, ZerosAndExactValues) {
     std::vector<float> z(256, 0.f), y(256, 1.f);
-    for (GgmlType t : kQuantTypes) {
+    std::vector<GgmlType> written(std::begin(kQuantTypes), std::end(kQuantTypes));
+    written.insert(written.end(), {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS});
+    for (GgmlType t : written) {
         const GgmlTypeTraits tt = ggml_type_traits(static_cast<uint32_t>(t));
         std::vector<uint8_t> q(tt.type_size * (256 / tt.block_size));
         quantize_row(t, z.data(), q.data(), 256);
@@ -684,37 +688,107 @@ TEST(Quant, Refusals) {
         EXPECT_NE(std::string(e.what()).find("tq1_0"), std::string::npos) << e.what();
     }
     EXPECT_THROW(dequantize_ref(GgmlType::Q4_K, q.data(), y.data(), 100), Error);  // not whole blocks
-    EXPECT_THROW(quantize_row(GgmlType::IQ4_XS, y.data(), q.data(), 256), Error);
+    EXPECT_THROW(quantize_row(GgmlType::IQ2_XXS, y.data(), q.data(), 256), Error);  // read, not written
+    EXPECT_FALSE(ggml_type_writable(GgmlType::IQ2_XXS));
+    EXPECT_TRUE(ggml_type_writable(GgmlType::IQ4_XS));
 }
 
 TEST(Quant, ConvertTypeRules) {
-    const int L = 32;
+    // Clef-Flash's shape: 32 layers, 16 query / 4 KV heads (n_gqa 4), an output matrix.
+    GgufMixContext ctx{32, 4, true, false};
     auto ty = [&](const std::string& n, std::vector<uint64_t> d, GgufFileType ft) {
-        return ggml_type_name(gguf_tensor_type(n, d, ft, L));
+        return ggml_type_name(gguf_tensor_type(n, d, ft, ctx));
     };
+    using FT = GgufFileType;
+    const std::vector<uint64_t> sq{4096, 4096}, up{4096, 12288}, down{12288, 4096}, vocab{4096, 248320};
     // 1-D tensors, norms, ssm_a / conv: f32.
-    EXPECT_EQ(ty("blk.0.attn_norm.weight", {4096}, GgufFileType::Q4_K_M), "f32");
-    EXPECT_EQ(ty("blk.0.ssm_conv1d.weight", {4, 8192}, GgufFileType::Q8_0), "f32");
-    EXPECT_EQ(ty("decision.scales", {3}, GgufFileType::Q4_K_M), "f32");
-    // Q4_K_M: base q4_K, output q6_K, attention / SSM projections q8_0, ffn_down q6_K on use_more_bits layers.
-    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {4096, 12288}, GgufFileType::Q4_K_M), "q4_K");
-    EXPECT_EQ(ty("token_embd.weight", {4096, 248320}, GgufFileType::Q4_K_M), "q4_K");
-    EXPECT_EQ(ty("output.weight", {4096, 248320}, GgufFileType::Q4_K_M), "q6_K");
-    EXPECT_EQ(ty("blk.1.attn_qkv.weight", {4096, 8192}, GgufFileType::Q4_K_M), "q8_0");
-    EXPECT_EQ(ty("blk.0.ffn_down.weight", {12288, 4096}, GgufFileType::Q4_K_M), "q6_K");  // i < n/8
-    EXPECT_EQ(ty("blk.5.ffn_down.weight", {12288, 4096}, GgufFileType::Q4_K_M), "q4_K");  // (5-4)%3 != 2
-    EXPECT_EQ(ty("blk.7.ffn_down.weight", {12288, 4096}, GgufFileType::Q4_K_M), "q4_K");  // (7-4)%3 == 0
-    EXPECT_EQ(ty("blk.6.ffn_down.weight", {12288, 4096}, GgufFileType::Q5_K_M), "q6_K");  // (6-4)%3 == 2
-    EXPECT_EQ(ty("blk.1.ffn_up.weight", {4096, 12288}, GgufFileType::Q5_K_M), "q5_K");
-    // Head: q8_0 matrices, scorer_out bf16.
-    EXPECT_EQ(ty("decision.proj_memory.weight", {4096, 1024}, GgufFileType::Q4_K_M), "q8_0");
-    EXPECT_EQ(ty("decision.scorer_out.weight", {1024, 1}, GgufFileType::Q4_K_M), "f32");  // one row: 1-D-like
-    EXPECT_EQ(ty("decision.scorer_out.weight", {1024, 2}, GgufFileType::Q4_K_M), "bf16");
-    // Fallbacks for rows that are not whole K blocks: q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, then f16.
-    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {64, 128}, GgufFileType::Q4_K_M), "q5_0");
-    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {64, 128}, GgufFileType::Q5_K_M), "q5_1");
-    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {64, 128}, GgufFileType::Q6_K), "q8_0");
-    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {48, 128}, GgufFileType::Q6_K), "f16");
-    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {48, 128}, GgufFileType::Q8_0), "f16");
-    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {48, 128}, GgufFileType::BF16), "bf16");
+    EXPECT_EQ(ty("blk.0.attn_norm.weight", {4096}, FT::Q4_K_M), "f32");
+    EXPECT_EQ(ty("blk.0.ssm_conv1d.weight", {4, 8192}, FT::Q8_0), "f32");
+    EXPECT_EQ(ty("decision.scales", {3}, FT::Q4_K_M), "f32");
+    EXPECT_EQ(ty("blk.1.ffn_gate.weight", up, FT::F32), "f32");
+    // Q4_K_M (llama.cpp's llama_tensor_get_type): base q4_K, output q6_K, the attn_v class (attn_qkv, attn_v)
+    // and ffn_down q6_K on the use_more_bits layers (i < n/8, i >= 7n/8, (i - n/8) % 3 == 2).
+    EXPECT_EQ(ty("blk.1.ffn_gate.weight", up, FT::Q4_K_M), "q4_K");
+    EXPECT_EQ(ty("token_embd.weight", vocab, FT::Q4_K_M), "q4_K");
+    EXPECT_EQ(ty("output.weight", vocab, FT::Q4_K_M), "q6_K");
+    EXPECT_EQ(ty("blk.1.attn_qkv.weight", {4096, 8192}, FT::Q4_K_M), "q6_K");  // 1 < 32/8
+    EXPECT_EQ(ty("blk.5.attn_qkv.weight", {4096, 8192}, FT::Q4_K_M), "q4_K");  // (5-4)%3 != 2
+    EXPECT_EQ(ty("blk.6.attn_v.weight", {4096, 1024}, FT::Q4_K_M), "q6_K");    // (6-4)%3 == 2
+    EXPECT_EQ(ty("blk.1.ssm_out.weight", sq, FT::Q4_K_M), "q4_K");
+    EXPECT_EQ(ty("blk.0.ffn_down.weight", down, FT::Q4_K_M), "q6_K");
+    EXPECT_EQ(ty("blk.7.ffn_down.weight", down, FT::Q4_K_M), "q4_K");  // (7-4)%3 == 0
+    EXPECT_EQ(ty("blk.6.ffn_down.weight", down, FT::Q5_K_M), "q6_K");
+    EXPECT_EQ(ty("blk.1.ffn_up.weight", up, FT::Q5_K_M), "q5_K");
+    // Q2_K: attn_v q4_K (n_gqa >= 4), ffn_down and attn_output q3_K.
+    EXPECT_EQ(ty("blk.3.attn_v.weight", {4096, 1024}, FT::Q2_K), "q4_K");
+    EXPECT_EQ(ty("blk.9.ffn_down.weight", down, FT::Q2_K), "q3_K");
+    EXPECT_EQ(ty("blk.3.attn_output.weight", sq, FT::Q2_K), "q3_K");
+    EXPECT_EQ(ty("blk.9.ffn_up.weight", up, FT::Q2_K), "q2_K");
+    // Q3_K_M: attn_v q5_K on the first two, q4_K after; ffn_down q5_K below n/16, q4_K after.
+    EXPECT_EQ(ty("blk.1.attn_qkv.weight", {4096, 8192}, FT::Q3_K_M), "q5_K");
+    EXPECT_EQ(ty("blk.2.attn_qkv.weight", {4096, 8192}, FT::Q3_K_M), "q4_K");
+    EXPECT_EQ(ty("blk.1.ffn_down.weight", down, FT::Q3_K_M), "q5_K");
+    EXPECT_EQ(ty("blk.2.ffn_down.weight", down, FT::Q3_K_M), "q4_K");
+    EXPECT_EQ(ty("blk.2.ffn_up.weight", up, FT::Q3_K_L), "q3_K");
+    // IQ2_M (base iq2_s): output q5_K, token_embd iq3_s, attn_v q4_K, early ffn_down / attn_output iq3_s.
+    EXPECT_EQ(ty("output.weight", vocab, FT::IQ2_M), "q5_K");
+    EXPECT_EQ(ty("token_embd.weight", vocab, FT::IQ2_M), "iq3_s");
+    EXPECT_EQ(ty("blk.0.attn_qkv.weight", {4096, 8192}, FT::IQ2_M), "q4_K");
+    EXPECT_EQ(ty("blk.0.ffn_down.weight", down, FT::IQ2_M), "iq3_s");
+    EXPECT_EQ(ty("blk.4.ffn_down.weight", down, FT::IQ2_M), "iq2_s");
+    EXPECT_EQ(ty("blk.4.ffn_gate.weight", up, FT::IQ2_S), "iq2_xs");
+    EXPECT_EQ(ty("token_embd.weight", vocab, FT::IQ1_M), "q2_K");
+    // IQ4_XS: attn_v q5_K; early ffn_down q5_K without an importance matrix, iq4_xs with one.
+    EXPECT_EQ(ty("blk.3.attn_v.weight", {4096, 1024}, FT::IQ4_XS), "q5_K");
+    EXPECT_EQ(ty("blk.0.ffn_down.weight", down, FT::IQ4_XS), "q5_K");
+    ctx.has_imatrix = true;
+    EXPECT_EQ(ty("blk.0.ffn_down.weight", down, FT::IQ4_XS), "iq4_xs");
+    ctx.has_imatrix = false;
+    // Head: q8_0 matrices, scorer_out bf16, in every quantised type.
+    EXPECT_EQ(ty("decision.proj_memory.weight", {4096, 1024}, FT::Q4_K_M), "q8_0");
+    EXPECT_EQ(ty("decision.proj_memory.weight", {4096, 1024}, FT::IQ2_XXS), "q8_0");
+    EXPECT_EQ(ty("decision.scorer_out.weight", {1024, 1}, FT::Q4_K_M), "f32");  // one row: 1-D-like
+    EXPECT_EQ(ty("decision.scorer_out.weight", {1024, 2}, FT::Q4_K_M), "bf16");
+    // Fallbacks for rows that are not whole blocks (llama.cpp's): q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0,
+    // q2_K / q3_K -> q4_0, the 256-value i-quants -> iq4_nl, then f16.
+    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {64, 128}, FT::Q4_K_M), "q5_0");
+    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {64, 128}, FT::Q5_K_M), "q5_1");
+    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {64, 128}, FT::Q6_K), "q8_0");
+    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {64, 128}, FT::Q2_K), "q4_0");
+    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {64, 128}, FT::IQ4_XS), "iq4_nl");
+    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {64, 128}, FT::IQ2_XXS), "iq4_nl");
+    EXPECT_EQ(ty("output.weight", {64, 320}, FT::Q4_K_M), "q8_0");  // output: q8_0 when q4_K does not fit
+    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {48, 128}, FT::Q6_K), "f16");
+    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {48, 128}, FT::Q8_0), "f16");
+    EXPECT_EQ(ty("blk.1.ffn_gate.weight", {48, 128}, FT::BF16), "bf16");
+    // Names and llama.cpp's file-type ids.
+    GgufFileType ft;
+    EXPECT_TRUE(parse_gguf_file_type("IQ2_M", ft));
+    EXPECT_EQ(static_cast<int>(ft), 29);
+    EXPECT_EQ(llama_file_type_name(29), "IQ2_M");
+    EXPECT_FALSE(parse_gguf_file_type("q3_k", ft));
+}
+
+// The types llama.cpp's own llama-quantize chose for every tensor of a 4-layer flash-shaped qwen35 model
+// (tests/data/gguf/llama-quantize-types.json, from its logs; the file says how it was made) equal ours.
+TEST(Quant, TypeRulesMatchLlamaQuantize) {
+    const JsonValue j = parse_json_or_throw(
+        clef::testing::read_file(std::string(CLEF_TEST_DATA) + "/gguf/llama-quantize-types.json"), "types");
+    GgufMixContext ctx{static_cast<int>(j.find("n_layers")->as_int64()),
+                       static_cast<int>(j.find("n_gqa")->as_int64()), j.find("has_output")->as_bool(),
+                       j.find("has_imatrix")->as_bool()};
+    int checked = 0;
+    for (const auto& [ftype, tensors] : j.find("types")->members()) {
+        GgufFileType ft;
+        ASSERT_TRUE(parse_gguf_file_type(ftype, ft)) << ftype;
+        for (const auto& [name, t] : tensors.members()) {
+            std::vector<uint64_t> dims;
+            for (const JsonValue& d : t.find("dims")->items())
+                dims.push_back(static_cast<uint64_t>(d.as_int64()));
+            EXPECT_EQ(ggml_type_name(gguf_tensor_type(name, dims, ft, ctx)), t.find("type")->as_string())
+                << ftype << " " << name;
+            ++checked;
+        }
+    }
+    EXPECT_GE(checked, 5 * 56);
 }

@@ -128,10 +128,11 @@ void run_serve(ServeArgs a, ServerOptions opt) {
             opt.description = "Clef decision model served by clef.cpp from " + a.model + ".";
     }
 
-    // /v1/models lists "vision" when the model has a vision tower (its config and its weights). Any problem
-    // here is left to the loader, which reports it through /ready.
+    // /v1/models lists "vision" when the model has a vision tower (its config and its weights, or a GGUF's
+    // --mmproj). Any problem here is left to the loader, which reports it through /ready.
     try {
-        if (VisionTower::in_model_dir(model_dir)) opt.capabilities.push_back("vision");
+        if (!a.load.mmproj.empty() || VisionTower::in_model_dir(model_dir))
+            opt.capabilities.push_back("vision");
     } catch (const std::exception&) {
     }
 

@@ -11,10 +11,12 @@ class App;
 
 namespace clef {
 
-// How decide, bench and serve load a model beyond its path: --head (the joint head of a qwen35 GGUF) and
-// --unpack-weights (a GGUF's quantised projections unpacked to bf16 at load instead of streamed).
+// How decide, bench and serve load a model beyond its path: --head (the joint head of a qwen35 GGUF),
+// --mmproj (a GGUF's vision tower, llama.cpp's mmproj file) and --unpack-weights (a GGUF's quantised
+// projections unpacked to bf16 at load instead of streamed).
 struct LoadArgs {
     std::string head;
+    std::string mmproj;
     bool unpack = false;
     int64_t cache_mib = -1;  // --cache-mib; -1: the command's default
     // `main`: the precision the command decides in (it picks the weight layout: ops::default_gemm_plan).

@@ -1,5 +1,5 @@
-// --head, --unpack-weights and --cache-mib, and the decision options, shared by the commands that load a
-// model (see commands.h).
+// --head, --mmproj, --unpack-weights and --cache-mib, and the decision options, shared by the commands that
+// load a model (see commands.h).
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
@@ -10,6 +10,7 @@ namespace clef {
 LoadOptions LoadArgs::options(ops::Precision main, uint64_t default_cache_bytes) const {
     LoadOptions o;
     o.unpack_quantised = unpack;
+    o.mmproj = mmproj;
     o.precision = main;
     o.cache_bytes = cache_mib < 0 ? default_cache_bytes : static_cast<uint64_t>(cache_mib) << 20;
     return o;
@@ -17,6 +18,9 @@ LoadOptions LoadArgs::options(ops::Precision main, uint64_t default_cache_bytes)
 
 void add_load_options(CLI::App* cmd, LoadArgs& args) {
     cmd->add_option("--head", args.head, "Joint head directory for a qwen35 (backbone-only) GGUF");
+    cmd->add_option("--mmproj", args.mmproj,
+                    "Vision tower of a GGUF model: llama.cpp's mmproj file (clef convert --mmproj); without "
+                    "it a GGUF answers text only");
     cmd->add_flag("--unpack-weights", args.unpack,
                   "GGUF: unpack quantised projections to bf16 at load (faster prefill, bf16-size memory)");
     cmd->add_option("--cache-mib", args.cache_mib,

@@ -25,6 +25,20 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
 }
+
+// The image processor: a GGUF's from its mmproj, a directory's processor config, or Clef-Flash's.
+ImageProcessorConfig image_processor_of(const ModelFiles& m, const VisionConfig& vc) {
+    if (m.image_processor) return *m.image_processor;
+    if (!m.processor_config_path.empty()) return load_image_processor_config(m.processor_config_path);
+    return clef_flash_image_processor(vc.patch_size, vc.spatial_merge_size, vc.temporal_patch_size);
+}
+
+// Whether a layer built from the source may read its storage in place (BF16 tensors, model/linear.h).
+bool has_bf16(const WeightSource& w) {
+    for (const std::string& n : w.names())
+        if (const TensorView* t = w.find(n); t && t->dtype == DType::BF16) return true;
+    return false;
+}
 }  // namespace
 
 Engine::~Engine() = default;
@@ -48,7 +62,7 @@ StateCacheStats Engine::state_cache_stats() const {
 std::unique_ptr<Engine> Engine::load(const std::string& model_path, const std::string& head_dir,
                                      const LoadOptions& options) {
     ops::set_gemm_plan(ops::default_gemm_plan(options.precision));
-    ModelFiles m = open_model_files(model_path, head_dir);
+    ModelFiles m = open_model_files(model_path, head_dir, options.mmproj);
     std::unique_ptr<Engine> e(new Engine());
     e->config_ = m.config;
     e->head_config_ = m.head_config;
@@ -70,21 +84,20 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const std::s
     else
         throw Error(e->weights_->description() +
                     ": missing tensor lm_head.weight (the head's lexical table)");
-    if (e->config_.vision && VisionTower::in_checkpoint(*e->weights_))
-        e->load_vision(m.processor_config_path);
+    e->vision_weights_ = std::move(m.vision);
+    const WeightSource& vision_weights = e->vision_weights_ ? *e->vision_weights_ : *e->weights_;
+    if (e->config_.vision && VisionTower::in_checkpoint(vision_weights)) e->load_vision(m, vision_weights);
+    // The tower holds packed copies of an mmproj's other tensors (fp32 ones dequantised from Q8_0 included).
+    if (e->vision_weights_ && !has_bf16(*e->vision_weights_)) e->vision_weights_.reset();
     e->set_state_cache(options.cache_bytes, options.cache_granularity);
     return e;
 }
 
-void Engine::load_vision(const std::string& processor_config_path) {
+void Engine::load_vision(const ModelFiles& m, const WeightSource& weights) {
     const VisionConfig& vc = *config_.vision;
-    if (!processor_config_path.empty()) {
-        image_processor_ = load_image_processor_config(processor_config_path);
-    } else {
-        image_processor_ =
-            clef_flash_image_processor(vc.patch_size, vc.spatial_merge_size, vc.temporal_patch_size);
-    }
+    image_processor_ = image_processor_of(m, vc);
     const ImageProcessorConfig& ip = image_processor_;
+    const std::string& processor_config_path = m.processor_config_path;
     if (ip.patch_size != vc.patch_size || ip.merge_size != vc.spatial_merge_size ||
         ip.temporal_patch_size != vc.temporal_patch_size || vc.in_channels != 3)
         throw Error(
@@ -98,7 +111,7 @@ void Engine::load_vision(const std::string& processor_config_path) {
     if (tokenizer_->token_to_id("<|image_pad|>") != image_token_id_)
         throw Error("config.json image_token_id " + std::to_string(image_token_id_) +
                     " is not the tokenizer's <|image_pad|>");
-    vision_ = std::make_unique<VisionTower>(vc, *weights_);
+    vision_ = std::make_unique<VisionTower>(vc, weights);
 }
 
 Engine::Prepared Engine::prepare(DecisionRequest req, const DecideOptions& opt) const {

@@ -23,6 +23,7 @@ class JointHead;
 class WeightSource;
 class SafetensorsFile;
 class VisionTower;
+struct ModelFiles;
 
 // Wall-clock seconds of the parts of run(), accumulated over calls.
 struct DecisionProfile {
@@ -69,6 +70,8 @@ struct LoadOptions {
     // The state cache's budget in bytes (0: off) and the tokens between its snapshots inside a state.
     uint64_t cache_bytes = 0;
     int64_t cache_granularity = 256;
+    // A GGUF model's vision tower: llama.cpp's mmproj file (model/gguf_mmproj.h); "" for none.
+    std::string mmproj;
 };
 
 // A state-cache budget sized from this machine's available memory (a quarter of it, at most 8 GiB).
@@ -100,7 +103,7 @@ public:
     // Loads a model directory in the publisher layout (config.json, safetensors weights, tokenizer.json,
     // joint_head_config.json, joint_head.safetensors). Throws clef::Error naming what is missing or
     // malformed. A .gguf path loads a GGUF model (clef, or qwen35 with the head from head_dir or beside the
-    // file).
+    // file; its vision tower from options.mmproj).
     static std::unique_ptr<Engine> load(const std::string& model_dir, const std::string& head_dir = "",
                                         const LoadOptions& options = {});
     ~Engine();
@@ -147,13 +150,14 @@ public:
 private:
     friend struct DecisionTask::State;
     Engine() = default;
-    void load_vision(const std::string& processor_config_path);
+    void load_vision(const ModelFiles& m, const WeightSource& weights);
     // [T][hidden]: the prompt's embeddings with the vision tower's rows in place of the image pads.
     std::vector<float> image_embeddings(const Prepared& p) const;
     ModelConfig config_;
     HeadConfig head_config_;
     std::unique_ptr<Tokenizer> tokenizer_;
     std::unique_ptr<WeightSource> weights_;
+    std::unique_ptr<WeightSource> vision_weights_;  // a GGUF's mmproj tensors (the tower reads BF16 in place)
     std::unique_ptr<Backbone> backbone_;
     std::unique_ptr<JointHead> head_;
     std::unique_ptr<VisionTower> vision_;

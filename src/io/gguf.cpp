@@ -738,6 +738,22 @@ void GgufWriter::add_int32_array(const std::string& key, const std::vector<int32
     for (int32_t x : v) put<int32_t>(b, x);
     kv_.emplace_back(key, std::move(b));
 }
+void GgufWriter::add_float32_array(const std::string& key, const std::vector<float>& v) {
+    std::vector<unsigned char> b;
+    put<uint32_t>(b, static_cast<uint32_t>(GgufType::kArray));
+    put<uint32_t>(b, static_cast<uint32_t>(GgufType::kFloat32));
+    put<uint64_t>(b, v.size());
+    for (float x : v) put<float>(b, x);
+    kv_.emplace_back(key, std::move(b));
+}
+void GgufWriter::add_bool_array(const std::string& key, const std::vector<bool>& v) {
+    std::vector<unsigned char> b;
+    put<uint32_t>(b, static_cast<uint32_t>(GgufType::kArray));
+    put<uint32_t>(b, static_cast<uint32_t>(GgufType::kBool));
+    put<uint64_t>(b, v.size());
+    for (bool x : v) put<uint8_t>(b, x ? 1 : 0);
+    kv_.emplace_back(key, std::move(b));
+}
 
 namespace {
 // The type id and value of v, as the file encodes them (arrays: element type, count, elements).

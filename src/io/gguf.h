@@ -189,6 +189,8 @@ public:
     void add_bool(const std::string& key, bool v);
     void add_string_array(const std::string& key, const std::vector<std::string>& v);
     void add_int32_array(const std::string& key, const std::vector<int32_t>& v);
+    void add_float32_array(const std::string& key, const std::vector<float>& v);
+    void add_bool_array(const std::string& key, const std::vector<bool>& v);
     // Any value read from a GgufFile, re-encoded as it is (GGUF -> GGUF conversion copies the metadata).
     void add_value(const std::string& key, const GgufValue& v);
 

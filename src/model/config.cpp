@@ -416,6 +416,12 @@ HeadConfig parse_head_config(const std::string& json_text, const std::string& so
     return h;
 }
 
+VisionConfig parse_vision_config_json(const std::string& json_text, const std::string& source_name,
+                                      const TextConfig& text) {
+    const json root = parse_object(json_text, source_name);
+    return parse_vision_config(Fields(root, source_name, ""), text);
+}
+
 HeadConfig load_head_config(const std::string& path) {
     return parse_head_config(read_text_file(path), path);
 }

@@ -91,6 +91,10 @@ struct ModelConfig {
 ModelConfig load_model_config(const std::string& config_json_path);
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source_name);
 HeadConfig load_head_config(const std::string& path);
+// A vision_config object on its own (config.json's keys; a GGUF mmproj's metadata mapped to them), checked as
+// parse_model_config checks it and against the text backbone it feeds (out_hidden_size == its hidden_size).
+VisionConfig parse_vision_config_json(const std::string& json_text, const std::string& source_name,
+                                      const TextConfig& text);
 HeadConfig parse_head_config(const std::string& json_text, const std::string& source_name);
 
 // The configs of a located model directory. head is empty for a backbone-only directory. Also checks that the

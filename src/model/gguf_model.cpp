@@ -43,6 +43,7 @@ void transform(GgufLayout xf, std::vector<float>& x, const std::vector<int64_t>&
         case GgufLayout::Same:
         case GgufLayout::Split:
         case GgufLayout::Scales:
+        case GgufLayout::PatchFrame:
             return;
         case GgufLayout::NormPlus1:
             for (float& v : x) v = to_gguf ? v + 1.f : v - 1.f;
@@ -185,16 +186,8 @@ void add_text_tensor(const std::shared_ptr<GgufFile>& f, const TensorSpec& s, co
     const GgufTensorInfo& t = find_tensor(*f, s.gguf);
     const std::vector<int64_t> shape = hf_shape(*f, t, s.layout);
     const auto type = static_cast<GgmlType>(t.ggml_type);
-    const bool in_place = type == GgmlType::BF16 || type == GgmlType::F16 || type == GgmlType::F32;
-    if (in_place && s.layout == GgufLayout::Same) {
-        TensorView v;
-        v.name = s.hf;
-        v.dtype = type == GgmlType::BF16 ? DType::BF16 : type == GgmlType::F16 ? DType::F16 : DType::F32;
-        v.shape = shape;
-        v.data = t.data;
-        v.nbytes = static_cast<size_t>(t.n_elements()) * dtype_size(v.dtype);
-        v.file = f->path();
-        out.add_view(std::move(v));
+    if (gguf_float_type(t) && s.layout == GgufLayout::Same) {
+        out.add_view(gguf_tensor_view(*f, t, s.hf));
         return;
     }
     require_supported(*f, t);
@@ -258,6 +251,28 @@ void add_head_dir(GgufModel& m, const std::string& head_dir) {
 
 }  // namespace
 
+bool gguf_float_type(const GgufTensorInfo& t) {
+    const auto type = static_cast<GgmlType>(t.ggml_type);
+    return type == GgmlType::BF16 || type == GgmlType::F16 || type == GgmlType::F32;
+}
+
+TensorView gguf_tensor_view(const GgufFile& f, const GgufTensorInfo& t, std::string name) {
+    const auto type = static_cast<GgmlType>(t.ggml_type);
+    if (!gguf_float_type(t)) throw Error(f.path() + ": " + t.name + " is not f32, f16 or bf16");
+    TensorView v;
+    v.name = std::move(name);
+    v.dtype = type == GgmlType::BF16 ? DType::BF16 : type == GgmlType::F16 ? DType::F16 : DType::F32;
+    v.shape = reversed(t.dims);
+    v.data = t.data;
+    v.nbytes = static_cast<size_t>(t.n_elements()) * dtype_size(v.dtype);
+    v.file = f.path();
+    return v;
+}
+
+std::vector<float> gguf_tensor_f32(const GgufFile& f, const GgufTensorInfo& t) {
+    return dequantize_tensor(f, t);
+}
+
 GdnHeads gdn_heads(const TextConfig& c) {
     return {c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim};
 }
@@ -272,6 +287,9 @@ std::vector<uint64_t> gguf_dims(const TensorSpec& s) {
     if (s.layout == GgufLayout::ConvV)
         return {static_cast<uint64_t>(s.shape[2]), static_cast<uint64_t>(s.shape[0])};
     if (s.layout == GgufLayout::Scales) return {3};
+    if (s.layout == GgufLayout::PatchFrame)  // [H, C, T, P, P] -> one frame {P, P, C, H}
+        return {static_cast<uint64_t>(s.shape[4]), static_cast<uint64_t>(s.shape[3]),
+                static_cast<uint64_t>(s.shape[1]), static_cast<uint64_t>(s.shape[0])};
     for (auto it = s.shape.rbegin(); it != s.shape.rend(); ++it) dims.push_back(static_cast<uint64_t>(*it));
     if (dims.empty()) dims.push_back(1);
     if (s.layout == GgufLayout::Split) dims.back() /= 3;

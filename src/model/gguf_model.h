@@ -62,4 +62,11 @@ void to_gguf_layout(GgufLayout layout, std::vector<float>& x, const std::vector<
 // A tensor's GGUF dims (ggml order, innermost first) from its table entry.
 std::vector<uint64_t> gguf_dims(const TensorSpec& s);
 
+// Whether a GGUF tensor is F32, F16 or BF16 (served in place from the mapping).
+bool gguf_float_type(const GgufTensorInfo& t);
+// Such a tensor as a view into the mapping under `name`, in torch shape (the file must outlive the view).
+TensorView gguf_tensor_view(const GgufFile& f, const GgufTensorInfo& t, std::string name);
+// A whole GGUF tensor dequantised to fp32; clef::Error naming the tensor when clef cannot read its type.
+std::vector<float> gguf_tensor_f32(const GgufFile& f, const GgufTensorInfo& t);
+
 }  // namespace clef

@@ -2,6 +2,7 @@
 
 #include "io/gguf.h"
 #include "io/model_dir.h"
+#include "model/gguf_mmproj.h"
 #include "model/gguf_model.h"
 #include "util/error.h"
 
@@ -9,7 +10,15 @@ namespace clef {
 
 namespace {
 
-ModelFiles open_gguf(const std::string& path, const std::string& head_dir) {
+// The vision tower and image processor of a GGUF backbone from its mmproj file.
+void add_mmproj(ModelFiles& m, const std::string& mmproj) {
+    GgufMmproj v = load_gguf_mmproj(mmproj, m.config.text);
+    m.config.vision = v.vision;
+    m.vision = std::move(v.weights);
+    m.image_processor = v.processor;
+}
+
+ModelFiles open_gguf(const std::string& path, const std::string& head_dir, const std::string& mmproj) {
     GgufModel g = load_gguf_model(path, head_dir);
     if (!g.head) throw Error(path + ": a " + g.arch + " GGUF without a joint head (give --head DIR)");
     ModelFiles m;
@@ -20,6 +29,7 @@ ModelFiles open_gguf(const std::string& path, const std::string& head_dir) {
     m.head = std::move(g.head);
     m.tokenizer_in_gguf = true;
     m.tokenizer_path = path;
+    if (!mmproj.empty()) add_mmproj(m, mmproj);
     return m;
 }
 
@@ -43,8 +53,12 @@ ModelFiles open_dir(const std::string& path) {
 
 }  // namespace
 
-ModelFiles open_model_files(const std::string& path, const std::string& head_dir) {
-    return is_gguf_file(path) ? open_gguf(path, head_dir) : open_dir(path);
+ModelFiles open_model_files(const std::string& path, const std::string& head_dir, const std::string& mmproj) {
+    if (is_gguf_file(path)) return open_gguf(path, head_dir, mmproj);
+    if (!mmproj.empty())
+        throw Error(mmproj + ": an mmproj file goes with a GGUF model; the model directory " + path +
+                    " holds its own vision tower");
+    return open_dir(path);
 }
 
 }  // namespace clef

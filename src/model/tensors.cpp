@@ -1,6 +1,7 @@
 #include "model/tensors.h"
 
 #include <cmath>
+#include <map>
 
 namespace clef {
 
@@ -203,7 +204,8 @@ bool in_layer(Where w, LayerType t) {
 
 class Modules {
 public:
-    explicit Modules(const TensorFn& fn) : fn_(fn) {}
+    // matrices: the quantisation class of the projections' weights.
+    Modules(const TensorFn& fn, GgufQuant matrices) : fn_(fn), matrices_(matrices) {}
     int layer = -1;
 
     void add(const std::string& hf, const std::string& gguf, std::vector<int64_t> shape, TensorInit init,
@@ -226,14 +228,13 @@ public:
     void linear(const std::string& hf, const std::string& gguf, int64_t out, int64_t in, bool bias = true,
                 float extra = 1.0f) {
         const std::vector<int64_t> shape{out, in};
-        add(hf + ".weight", gguf.empty() ? "" : gguf + ".weight", shape, fan_in(shape, extra),
-            matrix_quant(gguf), true);
-        if (bias) add(hf + ".bias", gguf.empty() ? "" : gguf + ".bias", {out}, normal(0.0f, 0.1f));
+        add(hf + ".weight", gguf + ".weight", shape, fan_in(shape, extra), matrix_quant(gguf), true);
+        if (bias) add(hf + ".bias", gguf + ".bias", {out}, normal(0.0f, 0.1f));
     }
     // torch.nn.LayerNorm with weight and bias.
     void layer_norm(const std::string& hf, const std::string& gguf, int64_t n) {
-        add(hf + ".weight", gguf.empty() ? "" : gguf + ".weight", {n}, normal(1.0f, 0.1f));
-        add(hf + ".bias", gguf.empty() ? "" : gguf + ".bias", {n}, normal(0.0f, 0.1f));
+        add(hf + ".weight", gguf + ".weight", {n}, normal(1.0f, 0.1f));
+        add(hf + ".bias", gguf + ".bias", {n}, normal(0.0f, 0.1f));
     }
     // torch.nn.MultiheadAttention: packed in_proj_{weight,bias} [3W...] (GGUF: split into _q/_k/_v),
     // out_proj. The callback sees the packed tensor once per GGUF third (part 0, 1, 2), each with the full HF
@@ -267,13 +268,12 @@ public:
     static bool is_scorer_out(std::string_view gguf) { return gguf == std::string(kScorerOut) + ".weight"; }
 
 private:
-    static GgufQuant matrix_quant(const std::string& gguf) {
-        return gguf.empty()         ? GgufQuant::Default
-               : gguf == kScorerOut ? GgufQuant::HeadBF16
-                                    : GgufQuant::HeadQ8;
+    GgufQuant matrix_quant(const std::string& gguf) const {
+        return gguf == kScorerOut ? GgufQuant::HeadBF16 : matrices_;
     }
     static constexpr const char* kScorerOut = "decision.scorer_out";
     const TensorFn& fn_;
+    GgufQuant matrices_;
 };
 
 }  // namespace
@@ -291,32 +291,45 @@ void for_each_text_tensor(const TextConfig& cfg, bool with_lm_head, const Tensor
 }
 
 void for_each_vision_tensor(const VisionConfig& v, const TensorFn& fn) {
-    Modules m(fn);
+    Modules m(fn, GgufQuant::Default);
     const std::string p = kVisionPrefix;
     const int64_t H = v.hidden_size,
                   merged = int64_t{v.hidden_size} * v.spatial_merge_size * v.spatial_merge_size;
     const std::vector<int64_t> patch{H, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size};
-    m.add(p + "patch_embed.proj.weight", "", patch, fan_in(patch), GgufQuant::Default, true);
-    m.add(p + "patch_embed.proj.bias", "", {H}, normal(0.0f, 0.1f));
-    m.add(p + "pos_embed.weight", "", {v.num_position_embeddings, H}, normal(0.0f, 0.5f));
+    for (int t = 0; t < v.temporal_patch_size; ++t) {  // the Conv3d as one 2-D kernel per frame
+        TensorSpec s;
+        s.hf = p + "patch_embed.proj.weight";
+        s.gguf = "v.patch_embd.weight";
+        if (t > 0) s.gguf += '.' + std::to_string(t);  // frame 0 keeps the plain name
+        s.shape = patch;
+        s.matrix = true;
+        s.layout = GgufLayout::PatchFrame;
+        s.part = t;
+        s.quant = GgufQuant::PatchEmbd;
+        s.init = fan_in(patch);
+        m.emit(s);
+    }
+    m.add(p + "patch_embed.proj.bias", "v.patch_embd.bias", {H}, normal(0.0f, 0.1f));
+    m.add(p + "pos_embed.weight", "v.position_embd.weight", {v.num_position_embeddings, H},
+          normal(0.0f, 0.5f));
     for (int i = 0; i < v.depth; ++i) {
         m.layer = i;
-        const std::string b = p + "blocks." + std::to_string(i) + ".";
-        m.layer_norm(b + "norm1", "", H);
-        m.layer_norm(b + "norm2", "", H);
-        m.linear(b + "attn.qkv", "", 3 * H, H);
-        m.linear(b + "attn.proj", "", H, H);
-        m.linear(b + "mlp.linear_fc1", "", v.intermediate_size, H);
-        m.linear(b + "mlp.linear_fc2", "", H, v.intermediate_size);
+        const std::string b = p + "blocks." + std::to_string(i) + ".", g = "v.blk." + std::to_string(i) + ".";
+        m.layer_norm(b + "norm1", g + "ln1", H);
+        m.layer_norm(b + "norm2", g + "ln2", H);
+        m.linear(b + "attn.qkv", g + "attn_qkv", 3 * H, H);
+        m.linear(b + "attn.proj", g + "attn_out", H, H);
+        m.linear(b + "mlp.linear_fc1", g + "ffn_up", v.intermediate_size, H);
+        m.linear(b + "mlp.linear_fc2", g + "ffn_down", H, v.intermediate_size);
     }
     m.layer = -1;
-    m.layer_norm(p + "merger.norm", "", H);
-    m.linear(p + "merger.linear_fc1", "", merged, merged);
-    m.linear(p + "merger.linear_fc2", "", v.out_hidden_size, merged);
+    m.layer_norm(p + "merger.norm", "v.post_ln", H);
+    m.linear(p + "merger.linear_fc1", "mm.0", merged, merged);
+    m.linear(p + "merger.linear_fc2", "mm.2", v.out_hidden_size, merged);
 }
 
 void for_each_head_tensor(const HeadConfig& h, const TensorFn& fn) {
-    Modules m(fn);
+    Modules m(fn, GgufQuant::HeadQ8);
     const int64_t H = h.hidden_size, W = h.width, F = h.feedforward;
     m.layer_norm("hidden_norm", "decision.hidden_norm", H);
     const char* proj[][2] = {{"memory_projection", "proj_memory"},
@@ -392,7 +405,9 @@ int64_t text_layer_params(const TextConfig& cfg, int layer) {
 
 int64_t vision_params(const VisionConfig& cfg) {
     int64_t n = 0;
-    for_each_vision_tensor(cfg, [&](const TensorSpec& s) { n += s.numel(); });
+    for_each_vision_tensor(cfg, [&](const TensorSpec& s) {
+        if (s.part == 0) n += s.numel();  // the patch embedding once, not once per frame
+    });
     return n;
 }
 
@@ -413,7 +428,37 @@ int gguf_layer_of(std::string_view name) {
     return i > 4 && i < name.size() && name[i] == '.' ? n : -1;
 }
 
+namespace {
+
+// A vision GGUF name with a block's number left out ("v.blk.3.ln1.weight" -> "v.blk.ln1.weight").
+std::string vision_key(std::string_view name) {
+    const std::string_view blk = "v.blk.";
+    if (name.substr(0, blk.size()) != blk) return std::string(name);
+    size_t i = blk.size();
+    while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+    if (i == blk.size() || i >= name.size() || name[i] != '.') return std::string(name);
+    return std::string(blk) + std::string(name.substr(i + 1));
+}
+
+// The quantisation class of a name of the vision table (Default when it is not one), from a one-block tower:
+// the names do not depend on the widths.
+GgufQuant vision_quant_of(std::string_view name) {
+    static const std::map<std::string, GgufQuant, std::less<>> kByName = [] {
+        VisionConfig v;
+        v.depth = v.hidden_size = v.num_heads = v.intermediate_size = 1;
+        v.num_position_embeddings = v.out_hidden_size = 1;
+        std::map<std::string, GgufQuant, std::less<>> m;
+        for_each_vision_tensor(v, [&](const TensorSpec& s) { m[vision_key(s.gguf)] = s.quant; });
+        return m;
+    }();
+    const auto it = kByName.find(vision_key(name));
+    return it == kByName.end() ? GgufQuant::Default : it->second;
+}
+
+}  // namespace
+
 GgufQuant gguf_quant_of(std::string_view name) {
+    if (name.substr(0, 2) == "v." || name.substr(0, 3) == "mm.") return vision_quant_of(name);
     auto ends_with = [&](std::string_view suf) {
         return name.size() >= suf.size() && name.substr(name.size() - suf.size()) == suf;
     };

@@ -30,6 +30,8 @@ enum class GgufLayout {
     VHeadCols,  // input columns are value heads of dv columns (the GDN output projection): tiled
     Split,      // one third (part) of a packed [3W, ...] attention in-projection
     Scales,     // the head's three scalars <-> one 3-vector
+    // One temporal frame (part) of the vision patch embedding [H, C, T, P, P]: one 2-D kernel.
+    PatchFrame,
 };
 
 // How a quantised GGUF file picks a ggml type for a tensor (llama.cpp's rules, by file type).
@@ -41,6 +43,7 @@ enum class GgufQuant {
     MoreBits,   // ffn_down: q6_K on llama.cpp's use_more_bits layers in the k-quant mixes
     HeadQ8,     // joint-head matrices: q8_0 in every quantised file
     HeadBF16,   // the head's scorer output row: bf16 in every quantised file
+    PatchEmbd,  // the vision patch-embedding kernels: f16 in f16 files, f32 in all others (mmproj)
 };
 
 // How a random checkpoint draws a tensor's values.
@@ -82,13 +85,13 @@ enum class TextWeight {
 
 struct TensorSpec {
     std::string hf;              // the publisher's name (text tensors: under "model.language_model.")
-    std::string gguf;            // llama.cpp's name ("" where GGUF does not hold the part: vision)
+    std::string gguf;            // llama.cpp's name (vision: in the mmproj file)
     std::vector<int64_t> shape;  // the publisher's shape, from the config
     int layer = -1;              // decoder layer / vision block / head layer; -1 outside layers
     TextWeight text = TextWeight::Embed;  // text tensors only
     bool matrix = false;                  // a projection run as a linear layer (2 * numel FLOPs per row)
     GgufLayout layout = GgufLayout::Same;
-    int part = 0;  // Split: 0 q, 1 k, 2 v
+    int part = 0;  // Split: 0 q, 1 k, 2 v; PatchFrame: the frame
     GgufQuant quant = GgufQuant::Default;
     TensorInit init;
     DType dtype = DType::BF16;  // the dtype of a random checkpoint's copy
@@ -102,7 +105,9 @@ using TensorFn = std::function<void(const TensorSpec&)>;
 // HF names under "model.language_model." (lm_head.weight at the top level). with_lm_head = false leaves out
 // lm_head (tied embeddings).
 void for_each_text_tensor(const TextConfig& cfg, bool with_lm_head, const TensorFn& fn);
-// The vision tower and merger, HF names under "model.visual." (not in GGUF).
+// The vision tower and merger, HF names under "model.visual."; GGUF names of llama.cpp's mmproj file for the
+// Qwen3-VL projector (v.*, mm.*; the patch embedding once per temporal frame, v.patch_embd.weight and
+// v.patch_embd.weight.1).
 void for_each_vision_tensor(const VisionConfig& cfg, const TensorFn& fn);
 // The joint head, the reference JointSchemaHead's state-dict names; GGUF names of llama.cpp's clef
 // architecture (the packed in-projections split three ways, the three scalars as decision.scales).

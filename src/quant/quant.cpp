@@ -8,6 +8,7 @@
 #include "ops/quant_blocks.h"
 #include "ops/quant_kernels.h"
 #include "quant/dequant_lowbit.h"
+#include "quant/quant_lowbit.h"
 #include "util/error.h"
 #include "util/half.h"
 #include "util/mmap.h"
@@ -625,7 +626,30 @@ void QuantMatrix::drop_pages() const {
 void QuantMatrix::row_f32(int64_t r, float* dst) const { matrix_row(*this, r, dst, dequantize_row_f32); }
 void QuantMatrix::row_bf16(int64_t r, uint16_t* dst) const { matrix_row(*this, r, dst, dequantize_row_bf16); }
 
-void quantize_row(GgmlType type, const float* x, void* dst, int64_t n) {
+bool ggml_type_writable(GgmlType type) {
+    switch (type) {
+        case GgmlType::F32:
+        case GgmlType::F16:
+        case GgmlType::BF16:
+        case GgmlType::Q4_0:
+        case GgmlType::Q4_1:
+        case GgmlType::Q5_0:
+        case GgmlType::Q5_1:
+        case GgmlType::Q8_0:
+        case GgmlType::Q2_K:
+        case GgmlType::Q3_K:
+        case GgmlType::Q4_K:
+        case GgmlType::Q5_K:
+        case GgmlType::Q6_K:
+        case GgmlType::IQ4_NL:
+        case GgmlType::IQ4_XS:
+            return true;
+        default:
+            return false;
+    }
+}
+
+void quantize_row(GgmlType type, const float* x, void* dst, int64_t n, const float* importance) {
     check_n(type, n);
     auto* p = static_cast<unsigned char*>(dst);
     switch (type) {
@@ -650,6 +674,18 @@ void quantize_row(GgmlType type, const float* x, void* dst, int64_t n) {
         case GgmlType::Q4_K: quant_q4_k(x, reinterpret_cast<BlockQ4_K*>(p), n / kQKK); return;
         case GgmlType::Q5_K: quant_q5_k(x, reinterpret_cast<BlockQ5_K*>(p), n / kQKK); return;
         case GgmlType::Q6_K: quant_q6_k(x, reinterpret_cast<BlockQ6_K*>(p), n / kQKK); return;
+        case GgmlType::Q2_K:
+            quant_detail::quant_q2_k(x, importance, p, n / kQKK);
+            return;
+        case GgmlType::Q3_K:
+            quant_detail::quant_q3_k(x, importance, p, n / kQKK);
+            return;
+        case GgmlType::IQ4_NL:
+            quant_detail::quant_iq4_nl(x, importance, p, n / kQK);
+            return;
+        case GgmlType::IQ4_XS:
+            quant_detail::quant_iq4_xs(x, importance, p, n / kQKK);
+            return;
         default: break;
     }
     throw Error("clef cannot quantise to ggml type " + ggml_type_name(static_cast<uint32_t>(type)));

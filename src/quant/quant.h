@@ -137,7 +137,12 @@ struct QuantMatrix {
 using QuantTensors = std::map<std::string, QuantMatrix, std::less<>>;
 
 // Quantises n values (a multiple of the block size) to one of the types clef writes: F32, F16, BF16, Q4_0,
-// Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K. dst must hold ggml_row_bytes(traits, n) bytes.
-void quantize_row(GgmlType type, const float* src, void* dst, int64_t n);
+// Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS. dst must hold ggml_row_bytes(traits,
+// n) bytes. `importance` (nullable: n non-negative weights, e.g. a row of an importance matrix,
+// tools/imatrix.h) weighs the error the scales minimise for Q2_K, Q3_K, IQ4_NL and IQ4_XS
+// (quant/quant_lowbit.h); the other types do not use it.
+void quantize_row(GgmlType type, const float* src, void* dst, int64_t n, const float* importance = nullptr);
+// Whether quantize_row writes the type.
+bool ggml_type_writable(GgmlType type);
 
 }  // namespace clef

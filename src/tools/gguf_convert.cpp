@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "io/gguf.h"
 #include "io/model_dir.h"
@@ -15,6 +16,7 @@
 #include "model/tensors.h"
 #include "quant/quant.h"
 #include "tokenizer/gguf_vocab.h"
+#include "tools/imatrix.h"
 #include "util/error.h"
 #include "util/text.h"
 
@@ -23,134 +25,10 @@ namespace clef {
 namespace fs = std::filesystem;
 
 namespace {
-
-// llama.cpp's use_more_bits: the first and last eighth of the layers and every third one between.
-bool use_more_bits(int i, int n) {
-    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
-}
-
-}  // namespace
-
-bool parse_gguf_file_type(std::string_view s, GgufFileType& out) {
-    std::string l(s);
-    for (char& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (l == "f32")
-        out = GgufFileType::F32;
-    else if (l == "f16")
-        out = GgufFileType::F16;
-    else if (l == "bf16")
-        out = GgufFileType::BF16;
-    else if (l == "q8_0")
-        out = GgufFileType::Q8_0;
-    else if (l == "q4_k_m")
-        out = GgufFileType::Q4_K_M;
-    else if (l == "q5_k_m")
-        out = GgufFileType::Q5_K_M;
-    else if (l == "q6_k")
-        out = GgufFileType::Q6_K;
-    else
-        return false;
-    return true;
-}
-
-std::string llama_file_type_name(int64_t ftype) {
-    // llama.h's llama_ftype (LLAMA_FTYPE_MOSTLY_* without the prefix); 4-6 and 33-35 are retired.
-    static const std::map<int64_t, const char*> kNames = {
-        {0, "F32"},     {1, "F16"},     {2, "Q4_0"},      {3, "Q4_1"},    {7, "Q8_0"},     {8, "Q5_0"},
-        {9, "Q5_1"},    {10, "Q2_K"},   {11, "Q3_K_S"},   {12, "Q3_K_M"}, {13, "Q3_K_L"},  {14, "Q4_K_S"},
-        {15, "Q4_K_M"}, {16, "Q5_K_S"}, {17, "Q5_K_M"},   {18, "Q6_K"},   {19, "IQ2_XXS"}, {20, "IQ2_XS"},
-        {21, "Q2_K_S"}, {22, "IQ3_XS"}, {23, "IQ3_XXS"},  {24, "IQ1_S"},  {25, "IQ4_NL"},  {26, "IQ3_S"},
-        {27, "IQ3_M"},  {28, "IQ2_S"},  {29, "IQ2_M"},    {30, "IQ4_XS"}, {31, "IQ1_M"},   {32, "BF16"},
-        {36, "TQ1_0"},  {37, "TQ2_0"},  {38, "MXFP4_MOE"}};
-    auto it = kNames.find(ftype);
-    return it != kNames.end() ? it->second : "unknown (" + std::to_string(ftype) + ")";
-}
-
-const char* gguf_file_type_name(GgufFileType t) {
-    switch (t) {
-        case GgufFileType::F32:
-            return "f32";
-        case GgufFileType::F16:
-            return "f16";
-        case GgufFileType::BF16:
-            return "bf16";
-        case GgufFileType::Q8_0:
-            return "q8_0";
-        case GgufFileType::Q4_K_M:
-            return "q4_k_m";
-        case GgufFileType::Q5_K_M:
-            return "q5_k_m";
-        case GgufFileType::Q6_K:
-            return "q6_k";
-    }
-    return "?";
-}
-
-namespace {
-uint32_t llama_ftype(GgufFileType t) {
-    switch (t) {
-        case GgufFileType::F32:
-            return 0;
-        case GgufFileType::F16:
-            return 1;
-        case GgufFileType::BF16:
-            return 32;
-        case GgufFileType::Q8_0:
-            return 7;
-        case GgufFileType::Q4_K_M:
-            return 15;
-        case GgufFileType::Q5_K_M:
-            return 17;
-        case GgufFileType::Q6_K:
-            return 18;
-    }
-    return 0;
-}
 constexpr uint32_t T(GgmlType t) {
     return static_cast<uint32_t>(t);
 }
 }  // namespace
-
-uint32_t gguf_tensor_type(const std::string& name, const std::vector<uint64_t>& dims, GgufFileType ft,
-                          int n_layers) {
-    const GgufQuant q = gguf_quant_of(name);
-    const bool matrix = dims.size() >= 2 && dims[1] > 1;
-    if (!matrix || q == GgufQuant::F32 || name.find("norm") != std::string::npos ||
-        (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0))
-        return T(GgmlType::F32);
-    uint32_t type;
-    if (ft == GgufFileType::F32) {
-        type = T(GgmlType::F32);
-    } else if (ft == GgufFileType::F16) {
-        type = T(GgmlType::F16);
-    } else if (ft == GgufFileType::BF16) {
-        type = T(GgmlType::BF16);
-    } else if (q == GgufQuant::HeadQ8 || q == GgufQuant::HeadBF16) {
-        type = q == GgufQuant::HeadBF16 ? T(GgmlType::BF16) : T(GgmlType::Q8_0);
-    } else if (ft == GgufFileType::Q8_0) {
-        type = T(GgmlType::Q8_0);
-    } else if (ft == GgufFileType::Q6_K) {
-        type = T(GgmlType::Q6_K);
-    } else {  // q4_k_m / q5_k_m
-        type = ft == GgufFileType::Q4_K_M ? T(GgmlType::Q4_K) : T(GgmlType::Q5_K);
-        if (q == GgufQuant::Output) type = T(GgmlType::Q6_K);
-        if (q == GgufQuant::Q8InMixed) type = T(GgmlType::Q8_0);
-        if (q == GgufQuant::MoreBits && use_more_bits(gguf_layer_of(name), n_layers))
-            type = T(GgmlType::Q6_K);
-    }
-    // llama.cpp's fallback for rows that are not a whole number of blocks.
-    const uint64_t k = dims[0];
-    if (k % ggml_type_traits(type).block_size != 0) {
-        if (type == T(GgmlType::Q4_K))
-            type = T(GgmlType::Q5_0);
-        else if (type == T(GgmlType::Q5_K))
-            type = T(GgmlType::Q5_1);
-        else if (type == T(GgmlType::Q6_K))
-            type = T(GgmlType::Q8_0);
-        if (k % ggml_type_traits(type).block_size != 0) type = T(GgmlType::F16);
-    }
-    return type;
-}
 
 // ------------------------------------------------------------------------------------------------------------
 // Convert
@@ -190,7 +68,7 @@ ConvertInputs open_inputs(const std::string& model_dir, const ConvertOptions& op
 void write_general_metadata(GgufWriter& w, const std::string& model_dir, const ConvertOptions& opt) {
     w.add_string("general.architecture", opt.arch);
     w.add_string("general.name", fs::path(model_dir).filename().string());
-    w.add_uint32("general.file_type", llama_ftype(opt.type));
+    w.add_uint32("general.file_type", static_cast<uint32_t>(opt.type));
     w.add_uint32("general.quantization_version", 2);
 }
 
@@ -247,17 +125,52 @@ void write_chat_templates(GgufWriter& w, const std::map<std::string, std::string
     w.add_string_array("tokenizer.chat_templates", names);
 }
 
-// Adds tensors to w in the ggml type gguf_tensor_type gives them and counts them per type. `make` gives the
-// values in the GGUF layout; it runs, and the rows are quantised, only when the file is written.
+// Picks each tensor's type (gguf_tensor_type's rules) and checks it before anything is written: clef must
+// write the type, and the importance matrix must have the tensor where llama.cpp requires one. `importance`
+// is set to the tensor's column weights (nullptr without them).
+struct TypePicker {
+    GgufFileType file_type;
+    GgufMixContext ctx;
+    std::optional<ImportanceMatrix> imatrix;
+
+    uint32_t pick(const std::string& name, const std::vector<uint64_t>& dims,
+                  const float*& importance) const {
+        const uint32_t type = gguf_tensor_type(name, dims, file_type, ctx);
+        const std::string tname = ggml_type_name(type);
+        if (!ggml_type_writable(static_cast<GgmlType>(type)))
+            throw Error(
+                fmt::format("--type {}: {} would be {}, which clef reads but cannot write yet (llama.cpp's "
+                            "llama-quantize writes it from a clef bf16 GGUF)",
+                            gguf_file_type_name(file_type), name, tname));
+        importance = imatrix ? imatrix->find(name, dims[0]) : nullptr;
+        if (!importance && gguf_type_needs_imatrix(name, type))
+            throw Error(fmt::format(
+                "--type {}: {} would be {}, which needs an importance matrix: pass --imatrix FILE "
+                "(llama.cpp's llama-imatrix writes one){}",
+                gguf_file_type_name(file_type), name, tname,
+                imatrix ? " (the one given has no entry for it)" : ""));
+        return type;
+    }
+};
+
+TypePicker make_picker(const ConvertOptions& opt, const GgufMixContext& ctx) {
+    TypePicker p{opt.type, ctx, std::nullopt};
+    if (!opt.imatrix.empty()) p.imatrix = load_imatrix(opt.imatrix);
+    p.ctx.has_imatrix = p.imatrix.has_value();
+    return p;
+}
+
+// Adds tensors to w in the type the picker gives them and counts them per type. `make` gives the values in
+// the GGUF layout; it runs, and the rows are quantised, only when the file is written.
 struct TensorSink {
     GgufWriter& w;
-    GgufFileType file_type;
-    int n_layers;
+    const TypePicker& types;
     ConvertSummary& sum;
 
     void operator()(const TensorSpec& s, std::function<std::vector<float>()> make) const {
         const std::vector<uint64_t> dims = gguf_dims(s);
-        const uint32_t type = gguf_tensor_type(s.gguf, dims, file_type, n_layers);
+        const float* importance = nullptr;
+        const uint32_t type = types.pick(s.gguf, dims, importance);
         const GgmlTypeTraits tt = ggml_type_traits(type);
         uint64_t n = 1;
         for (uint64_t d : dims) n *= d;
@@ -269,16 +182,22 @@ struct TensorSink {
 #pragma omp parallel for schedule(static)
             for (int64_t r = 0; r < static_cast<int64_t>(rows); ++r)
                 quantize_row(static_cast<GgmlType>(type), x.data() + r * k, dst + r * rb,
-                             static_cast<int64_t>(k));
+                             static_cast<int64_t>(k), importance);
         });
     }
 };
+
+// Whether the file gets an output matrix: when it is not tied to the embeddings, or the checkpoint has one
+// anyway.
+bool writes_output(const TextConfig& c, const Checkpoint& ck) {
+    return !c.tie_word_embeddings || ck.find("lm_head.weight");
+}
 
 // The backbone's tensors, read from the checkpoint under prefix and put in the GGUF layouts; the output
 // matrix only when it is not tied to the embeddings or the checkpoint has one anyway.
 void add_text_tensors(const TextConfig& c, const Checkpoint& ck, const std::string& prefix,
                       const TensorSink& add) {
-    const bool with_output = !c.tie_word_embeddings || ck.find("lm_head.weight");
+    const bool with_output = writes_output(c, ck);
     const GdnHeads g = gdn_heads(c);
     for_each_text_tensor(c, with_output, [&](const TensorSpec& s) {
         const TensorView& tv = ck.get(text_name(s, prefix));
@@ -343,7 +262,10 @@ ConvertSummary convert_to_gguf(const std::string& model_dir, const std::string& 
     if (clef) write_chat_templates(w, opt.chat_templates);
 
     ConvertSummary sum;
-    const TensorSink add{w, opt.type, c.num_layers, sum};
+    const bool with_output = writes_output(c, *in.ck);
+    const TypePicker types = make_picker(
+        opt, {c.num_layers, c.num_kv_heads > 0 ? c.num_heads / c.num_kv_heads : 0, with_output, false});
+    const TensorSink add{w, types, sum};
     add_text_tensors(c, *in.ck, in.ck_prefix, add);
     if (clef)
         for_each_head_tensor(*in.head_config,
@@ -361,34 +283,49 @@ ConvertSummary convert_to_gguf(const std::string& model_dir, const std::string& 
 namespace {
 
 // The type a tensor of a GGUF file gets under ft: every tensor fp32 for f32; otherwise fp32 tensors stay fp32
-// and the others follow gguf_tensor_type's rules (by GGUF name, as from a checkpoint).
-uint32_t requantised_type(const GgufTensorInfo& t, GgufFileType ft, int n_layers) {
-    if (ft == GgufFileType::F32 || t.ggml_type == T(GgmlType::F32)) return T(GgmlType::F32);
-    return gguf_tensor_type(t.name, t.dims, ft, n_layers);
+// and the others follow the picker's rules (by GGUF name, as from a checkpoint).
+uint32_t requantised_type(const GgufTensorInfo& t, const TypePicker& types, const float*& importance) {
+    importance = nullptr;
+    if (types.file_type == GgufFileType::F32 || t.ggml_type == T(GgmlType::F32)) return T(GgmlType::F32);
+    return types.pick(t.name, t.dims, importance);
+}
+
+// The rules' context from a GGUF's metadata (architecture prefix keys; zeros where absent).
+GgufMixContext mix_context_of(const GgufFile& f) {
+    const std::string A = f.get_string("general.architecture", "") + ".";
+    auto uint_or_0 = [&](const std::string& key) -> int {
+        const GgufValue* v = f.find(key);
+        return v && gguf_type_is_integer(v->type()) ? static_cast<int>(v->as_uint()) : 0;
+    };
+    const int heads = uint_or_0(A + "attention.head_count"), kv = uint_or_0(A + "attention.head_count_kv");
+    return {uint_or_0(A + "block_count"), kv > 0 ? heads / kv : 0, f.find_tensor("output.weight") != nullptr,
+            false};
 }
 
 // Tensor t of the input in ggml type `type`: its bytes as they are when the type does not change, otherwise
 // each row dequantised to fp32 and quantised again.
-void add_requantised(GgufWriter& w, const GgufTensorInfo& t, uint32_t type) {
+void add_requantised(GgufWriter& w, const GgufTensorInfo& t, uint32_t type, const float* importance) {
     const GgmlTypeTraits to = ggml_type_traits(type), from = ggml_type_traits(t.ggml_type);
     const uint64_t k = t.row_length(), rows = t.n_rows(), rb = ggml_row_bytes(to, k),
                    src_rb = ggml_row_bytes(from, k);
-    w.add_tensor(t.name, type, t.dims, rows * rb, [&t, type, k, rows, rb, src_rb](unsigned char* dst) {
-        if (type == t.ggml_type) {
-            std::memcpy(dst, t.data, t.nbytes);
-            return;
-        }
-        const auto src = static_cast<GgmlType>(t.ggml_type);
-#pragma omp parallel
-        {
-            std::vector<float> row(k);
-#pragma omp for schedule(static)
-            for (int64_t r = 0; r < static_cast<int64_t>(rows); ++r) {
-                dequantize_row_f32(src, t.data + r * src_rb, row.data(), static_cast<int64_t>(k));
-                quantize_row(static_cast<GgmlType>(type), row.data(), dst + r * rb, static_cast<int64_t>(k));
+    w.add_tensor(
+        t.name, type, t.dims, rows * rb, [&t, type, k, rows, rb, src_rb, importance](unsigned char* dst) {
+            if (type == t.ggml_type) {
+                std::memcpy(dst, t.data, t.nbytes);
+                return;
             }
-        }
-    });
+            const auto src = static_cast<GgmlType>(t.ggml_type);
+#pragma omp parallel
+            {
+                std::vector<float> row(k);
+#pragma omp for schedule(static)
+                for (int64_t r = 0; r < static_cast<int64_t>(rows); ++r) {
+                    dequantize_row_f32(src, t.data + r * src_rb, row.data(), static_cast<int64_t>(k));
+                    quantize_row(static_cast<GgmlType>(type), row.data(), dst + r * rb,
+                                 static_cast<int64_t>(k), importance);
+                }
+            }
+        });
 }
 
 }  // namespace
@@ -396,28 +333,27 @@ void add_requantised(GgufWriter& w, const GgufTensorInfo& t, uint32_t type) {
 ConvertSummary convert_gguf(const std::string& in_path, const std::string& out_path,
                             const ConvertOptions& opt) {
     const GgufFile in = GgufFile::open(in_path);
-    const GgufValue* blocks = in.find(in.get_string("general.architecture", "") + ".block_count");
-    const int n_layers =
-        blocks && gguf_type_is_integer(blocks->type()) ? static_cast<int>(blocks->as_uint()) : 0;
+    const TypePicker types = make_picker(opt, mix_context_of(in));
     GgufWriter w;
     bool file_type_written = false;
     for (const GgufKeyValue& kv : in.metadata()) {
         if (kv.key == "general.alignment") continue;  // the writer aligns to its default
         if (kv.key == "general.file_type") {
-            w.add_uint32("general.file_type", llama_ftype(opt.type));
+            w.add_uint32("general.file_type", static_cast<uint32_t>(opt.type));
             file_type_written = true;
             continue;
         }
         w.add_value(std::string(kv.key), kv.value);
     }
-    if (!file_type_written) w.add_uint32("general.file_type", llama_ftype(opt.type));
+    if (!file_type_written) w.add_uint32("general.file_type", static_cast<uint32_t>(opt.type));
     ConvertSummary sum;
     for (const GgufTensorInfo& t : in.tensors()) {
-        const uint32_t type = requantised_type(t, opt.type, n_layers);
+        const float* importance = nullptr;
+        const uint32_t type = requantised_type(t, types, importance);
         if (type != t.ggml_type && !ggml_type_traits(t.ggml_type).supported)
             throw Error(in_path + ": tensor " + t.name + " is " + ggml_type_name(t.ggml_type) +
                         ", which clef cannot read");
-        add_requantised(w, t, type);
+        add_requantised(w, t, type, importance);
         ++sum.tensors_per_type[ggml_type_traits(type).name];
     }
     w.write(out_path, opt.progress);

@@ -9,32 +9,13 @@
 #include <string_view>
 #include <vector>
 
+#include "tools/gguf_types.h"
+
 namespace clef {
-
-// llama.cpp's file types that `clef convert` writes (general.file_type values in parentheses).
-enum class GgufFileType {
-    F32 /*0*/,
-    F16 /*1*/,
-    BF16 /*32*/,
-    Q8_0 /*7*/,
-    Q4_K_M /*15*/,
-    Q5_K_M /*17*/,
-    Q6_K /*18*/
-};
-// "f32", "f16", "bf16", "q8_0", "q4_k_m", "q5_k_m", "q6_k" (case-insensitive); false when unknown.
-bool parse_gguf_file_type(std::string_view s, GgufFileType& out);
-const char* gguf_file_type_name(GgufFileType t);
-// llama.cpp's name of a general.file_type value ("Q4_K_M", "BF16", ...); "unknown (N)" otherwise.
-std::string llama_file_type_name(int64_t ftype);
-
-// The ggml type `clef convert` gives a tensor (GGUF name, ggml dims) under file type ft, for a backbone of
-// n_layers layers, including llama.cpp's fallback for rows that are not a whole number of blocks
-// (q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, then f16). docs/GGUF.md lists the rules.
-uint32_t gguf_tensor_type(const std::string& name, const std::vector<uint64_t>& dims, GgufFileType ft,
-                          int n_layers);
 
 struct ConvertOptions {
     GgufFileType type = GgufFileType::BF16;
+    std::string imatrix;        // llama.cpp importance-matrix file (tools/imatrix.h); "" for none
     std::string arch = "clef";  // "clef" (backbone + head) or "qwen35" (backbone only)
     std::function<void(uint64_t done, uint64_t total)> progress;
     // Named chat templates written for the clef architecture as tokenizer.chat_template.<name> plus the

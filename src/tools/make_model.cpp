@@ -282,7 +282,9 @@ void fill_elements(const Init& init, uint64_t tensor_seed, DType dtype, uint64_t
 // this is the order shards are filled in.
 std::vector<TensorSpec> plan_backbone(const Preset& d, bool vision) {
     std::vector<TensorSpec> plans;
-    const auto add = [&](const TensorSpec& s) { plans.push_back(s); };
+    const auto add = [&](const TensorSpec& s) {
+        if (s.part == 0) plans.push_back(s);  // the patch embedding once, not once per GGUF frame
+    };
     if (vision) for_each_vision_tensor(d.vision, add);
     for_each_text_tensor(d.text, true, add);
     return plans;

@@ -362,13 +362,20 @@ ModelInfo compute_gguf_model_info(const std::string& path) {
 
     Tally tally;
     std::map<std::string, bool> quant;
+    std::map<std::string, std::vector<std::string>> unreadable;  // ggml type -> tensors of it
     for (const GgufTensorInfo& t : f.tensors()) {
         const Part part = classify_gguf(t.name, text);
         tally.add(info, t.name, static_cast<int64_t>(t.n_elements()), ggml_type_name(t.ggml_type), t.nbytes,
                   part);
         if (ggml_type_traits(t.ggml_type).block_size > 1) quant[ggml_type_name(t.ggml_type)] = true;
         (part == Part::Head ? info.head_tensors : info.backbone_tensors) += 1;
+        if (!ggml_type_traits(t.ggml_type).supported)
+            unreadable[ggml_type_name(t.ggml_type)].push_back(t.name);
     }
+    for (const auto& [type, names] : unreadable)
+        info.warnings.push_back(
+            fmt::format("{} tensors are {}, which clef cannot read (it reads {}); first: {}", names.size(),
+                        type, readable_ggml_types(), names.front()));
     if (head_file) {
         for (const TensorView& t : head_file->tensors())
             tally.add(info, t.name, t.numel(), std::string(dtype_name(t.dtype)), t.nbytes, Part::Head);

@@ -1,6 +1,6 @@
-// Writes tests/data/gguf/ggml-blocks.gguf: one 8 x 512 tensor per ggml block type, quantised by llama.cpp's
-// own quantisers (ggml_quantize_chunk, with an importance matrix for the types that need one), so that clef's
-// dequantisation is checked on blocks it did not write (tests/gguf/run_gguf_py_check.sh).
+// Writes tests/data/gguf/ggml-blocks.gguf: one 8 x 512 tensor "<type>.weight" per ggml block type, quantised
+// by llama.cpp's own quantisers (ggml_quantize_chunk, with an importance matrix for the types that need one),
+// so that clef's dequantisation is checked on blocks it did not write (tests/gguf/run_gguf_py_check.sh).
 //
 // Not part of the build or of CI: compiled once against the ggml of the llama.cpp source that the npm package
 // node-llama-cpp 3.22.1 ships (package/llama/gitRelease.bundle), e.g.
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < n_types; ++i) {
         const enum ggml_type t = types[i];
         struct ggml_tensor* tensor = ggml_new_tensor_2d(ctx, t, kCols, kRows);
-        ggml_set_name(tensor, ggml_type_name(t));
+        ggml_format_name(tensor, "%s.weight", ggml_type_name(t));  // quantisable by name (llama.cpp's rule)
         ggml_quantize_init(t);
         const float* imat = ggml_quantize_requires_imatrix(t) || t == GGML_TYPE_IQ3_XXS ? imatrix : NULL;
         ggml_quantize_chunk(t, x, tensor->data, 0, kRows, kCols, imat);

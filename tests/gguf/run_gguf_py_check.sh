@@ -3,7 +3,8 @@
 #   1. tests/data/gguf/ggml-blocks.gguf (every block type, written by llama.cpp's quantisers:
 #      tests/gguf/make_ggml_blocks.c) -> `clef convert --type f32` equals gguf-py's dequantisation bit for bit;
 #   2. that file requantised by clef, and the tiny fixture converted by clef, to every type clef writes: gguf-py
-#      reads each file, and its f32 upcast (GGUF -> GGUF) equals gguf-py's dequantisation bit for bit.
+#      reads each file, and its f32 upcast (GGUF -> GGUF) equals gguf-py's dequantisation bit for bit;
+#   3. the same for the fixture's vision tower written as a q8_0 mmproj (`clef convert --mmproj`).
 # gguf-py comes from the llama.cpp source in the npm package node-llama-cpp (pinned), fetched once per build tree;
 # numpy is Debian's python3-numpy (scripts/setup).
 # Usage: run_gguf_py_check.sh CLEF_BINARY MODEL_DIR DATA_DIR WORK_DIR
@@ -26,7 +27,7 @@ trap 'rm -rf "$out"' EXIT
 "$clef" convert --model "$data/ggml-blocks.gguf" --out "$out/blocks-f32.gguf" --type f32 >/dev/null
 "$py" "$here/check_gguf_py.py" dequant "$data/ggml-blocks.gguf" "$out/blocks-f32.gguf"
 
-for type in f16 bf16 q8_0 q4_k_m q5_k_m q6_k; do
+for type in f16 bf16 q8_0 q6_k q5_k_m q4_k_m q4_0 iq4_xs iq4_nl q3_k_m q2_k; do
   # the blocks file requantised by clef (its 512-wide rows take the K types the tiny model's rows cannot)
   "$clef" convert --model "$data/ggml-blocks.gguf" --out "$out/blocks-$type.gguf" --type "$type" >/dev/null
   "$clef" convert --model "$out/blocks-$type.gguf" --out "$out/blocks-$type-f32.gguf" --type f32 >/dev/null
@@ -35,3 +36,7 @@ for type in f16 bf16 q8_0 q4_k_m q5_k_m q6_k; do
   "$clef" convert --model "$out/tiny-$type.gguf" --out "$out/tiny-$type-f32.gguf" --type f32 >/dev/null
   "$py" "$here/check_gguf_py.py" dequant "$out/tiny-$type.gguf" "$out/tiny-$type-f32.gguf"
 done
+# the fixture's vision tower as llama.cpp's mmproj (clef convert --mmproj: q8_0, f16 fallback and f32 tensors)
+"$clef" convert --model "$model" --mmproj "$out/mmproj-q8_0.gguf" --type q8_0 >/dev/null
+"$clef" convert --model "$out/mmproj-q8_0.gguf" --out "$out/mmproj-f32.gguf" --type f32 >/dev/null
+"$py" "$here/check_gguf_py.py" dequant "$out/mmproj-q8_0.gguf" "$out/mmproj-f32.gguf"

@@ -1,0 +1,329 @@
+#include "tools/gguf_types.h"
+
+#include <cctype>
+#include <map>
+
+#include "model/tensors.h"
+#include "quant/quant.h"
+
+namespace clef {
+
+namespace {
+
+using FT = GgufFileType;
+
+constexpr uint32_t T(GgmlType t) {
+    return static_cast<uint32_t>(t);
+}
+
+struct FileTypeInfo {
+    FT type;
+    const char* name;   // ours, lower case
+    const char* llama;  // llama.cpp's (LLAMA_FTYPE_MOSTLY_*)
+    GgmlType base;      // llama.cpp's default ggml type
+};
+
+constexpr FileTypeInfo kFileTypes[] = {
+    {FT::F32, "f32", "F32", GgmlType::F32},
+    {FT::F16, "f16", "F16", GgmlType::F16},
+    {FT::BF16, "bf16", "BF16", GgmlType::BF16},
+    {FT::Q8_0, "q8_0", "Q8_0", GgmlType::Q8_0},
+    {FT::Q4_0, "q4_0", "Q4_0", GgmlType::Q4_0},
+    {FT::Q4_1, "q4_1", "Q4_1", GgmlType::Q4_1},
+    {FT::Q5_0, "q5_0", "Q5_0", GgmlType::Q5_0},
+    {FT::Q5_1, "q5_1", "Q5_1", GgmlType::Q5_1},
+    {FT::Q2_K, "q2_k", "Q2_K", GgmlType::Q2_K},
+    {FT::Q3_K_S, "q3_k_s", "Q3_K_S", GgmlType::Q3_K},
+    {FT::Q3_K_M, "q3_k_m", "Q3_K_M", GgmlType::Q3_K},
+    {FT::Q3_K_L, "q3_k_l", "Q3_K_L", GgmlType::Q3_K},
+    {FT::Q4_K_S, "q4_k_s", "Q4_K_S", GgmlType::Q4_K},
+    {FT::Q4_K_M, "q4_k_m", "Q4_K_M", GgmlType::Q4_K},
+    {FT::Q5_K_S, "q5_k_s", "Q5_K_S", GgmlType::Q5_K},
+    {FT::Q5_K_M, "q5_k_m", "Q5_K_M", GgmlType::Q5_K},
+    {FT::Q6_K, "q6_k", "Q6_K", GgmlType::Q6_K},
+    {FT::IQ1_S, "iq1_s", "IQ1_S", GgmlType::IQ1_S},
+    {FT::IQ1_M, "iq1_m", "IQ1_M", GgmlType::IQ1_M},
+    {FT::IQ2_XXS, "iq2_xxs", "IQ2_XXS", GgmlType::IQ2_XXS},
+    {FT::IQ2_XS, "iq2_xs", "IQ2_XS", GgmlType::IQ2_XS},
+    {FT::IQ2_S, "iq2_s", "IQ2_S", GgmlType::IQ2_XS},
+    {FT::IQ2_M, "iq2_m", "IQ2_M", GgmlType::IQ2_S},
+    {FT::IQ3_XXS, "iq3_xxs", "IQ3_XXS", GgmlType::IQ3_XXS},
+    {FT::IQ3_XS, "iq3_xs", "IQ3_XS", GgmlType::IQ3_S},
+    {FT::IQ3_S, "iq3_s", "IQ3_S", GgmlType::IQ3_S},
+    {FT::IQ3_M, "iq3_m", "IQ3_M", GgmlType::IQ3_S},
+    {FT::IQ4_NL, "iq4_nl", "IQ4_NL", GgmlType::IQ4_NL},
+    {FT::IQ4_XS, "iq4_xs", "IQ4_XS", GgmlType::IQ4_XS},
+};
+
+const FileTypeInfo& info_of(FT t) {
+    for (const FileTypeInfo& i : kFileTypes)
+        if (i.type == t) return i;
+    return kFileTypes[0];
+}
+
+bool ends_with(std::string_view s, std::string_view suf) {
+    return s.size() >= suf.size() && s.substr(s.size() - suf.size()) == suf;
+}
+
+bool contains(std::string_view s, std::string_view part) {
+    return s.find(part) != std::string_view::npos;
+}
+
+// llama.cpp's tensor categories (by name, in its order of tests).
+enum class Cat { Output, TokenEmbd, AttnV, AttnK, AttnQ, AttnOutput, FfnUp, FfnGate, FfnDown, Other };
+
+Cat category_of(std::string_view n) {
+    if (n == "output.weight") return Cat::Output;
+    if (n == "token_embd.weight") return Cat::TokenEmbd;
+    if (contains(n, "attn_qkv.weight") || contains(n, "attn_v.weight"))
+        return Cat::AttnV;  // one class in llama.cpp
+    if (contains(n, "attn_k.weight")) return Cat::AttnK;
+    if (contains(n, "attn_q.weight")) return Cat::AttnQ;
+    if (contains(n, "attn_output.weight")) return Cat::AttnOutput;
+    if (contains(n, "ffn_up")) return Cat::FfnUp;
+    if (contains(n, "ffn_gate")) return Cat::FfnGate;
+    if (contains(n, "ffn_down")) return Cat::FfnDown;
+    return Cat::Other;
+}
+
+bool any_of(FT t, std::initializer_list<FT> set) {
+    for (FT s : set)
+        if (s == t) return true;
+    return false;
+}
+
+// llama.cpp's use_more_bits: the first and last eighth of the layers and every third one between.
+bool use_more_bits(int i, int n) {
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+// The output matrix (and token_embd when it doubles as it).
+GgmlType output_type(FT ft, GgmlType base, uint64_t row) {
+    if (row % ggml_type_traits(T(base)).block_size != 0) return GgmlType::Q8_0;
+    if (any_of(ft, {FT::IQ2_XXS, FT::IQ2_XS, FT::IQ3_XXS, FT::IQ1_S, FT::IQ2_S, FT::IQ2_M, FT::IQ1_M}))
+        return GgmlType::Q5_K;
+    return base == GgmlType::Q8_0 ? base : GgmlType::Q6_K;
+}
+
+// The 1-2 bit i-quant mixes (IQ1_S/M, IQ2_XXS/XS/S/M).
+GgmlType tiny_mix(Cat c, FT ft, GgmlType t, int layer, const GgufMixContext& ctx) {
+    const bool s_or_m = any_of(ft, {FT::IQ2_S, FT::IQ2_M});
+    if (c == Cat::AttnV) return ctx.n_gqa >= 4 ? GgmlType::Q4_K : s_or_m ? GgmlType::IQ3_S : GgmlType::Q2_K;
+    if (c == Cat::FfnDown && layer < ctx.n_layers / 8) return s_or_m ? GgmlType::IQ3_S : GgmlType::Q2_K;
+    if (c == Cat::AttnOutput) {
+        if (any_of(ft, {FT::IQ1_S, FT::IQ1_M})) return GgmlType::IQ2_XXS;
+        if (s_or_m) return GgmlType::IQ3_S;
+    }
+    return t;
+}
+
+GgmlType attn_v_type(FT ft, GgmlType t, int layer, const GgufMixContext& ctx) {
+    const bool gqa4 = ctx.n_gqa >= 4;
+    switch (ft) {
+        case FT::Q2_K:
+            return gqa4 ? GgmlType::Q4_K : GgmlType::Q3_K;
+        case FT::IQ3_XXS:
+            return gqa4 ? GgmlType::Q4_K : ctx.has_imatrix ? GgmlType::IQ3_XXS : GgmlType::IQ3_S;
+        case FT::IQ3_XS:
+        case FT::IQ3_S:
+            return gqa4 ? GgmlType::Q4_K : t;
+        case FT::IQ3_M:
+            return GgmlType::Q4_K;
+        case FT::Q3_K_M:
+            return layer < 2 ? GgmlType::Q5_K : GgmlType::Q4_K;
+        case FT::Q3_K_L:
+            return GgmlType::Q5_K;
+        case FT::IQ4_NL:
+        case FT::IQ4_XS:
+            return gqa4 ? GgmlType::Q5_K : t;
+        case FT::Q4_K_M:
+        case FT::Q5_K_M:
+            return use_more_bits(layer, ctx.n_layers) ? GgmlType::Q6_K : t;
+        case FT::Q4_K_S:
+            return layer < 4 ? GgmlType::Q5_K : t;
+        default:
+            return t;
+    }
+}
+
+GgmlType ffn_down_type(FT ft, GgmlType t, int layer, const GgufMixContext& ctx) {
+    const int n = ctx.n_layers;
+    switch (ft) {
+        case FT::Q2_K:
+            return GgmlType::Q3_K;
+        case FT::IQ3_XXS:
+            return ctx.has_imatrix ? t : layer < n / 8 ? GgmlType::Q4_K : GgmlType::Q3_K;
+        case FT::Q3_K_M:
+            return layer < n / 16 ? GgmlType::Q5_K : GgmlType::Q4_K;
+        case FT::IQ3_M:
+            return layer < n / 8 ? GgmlType::Q4_K : t;
+        case FT::Q3_K_L:
+            return GgmlType::Q5_K;
+        case FT::Q4_K_M:
+        case FT::Q5_K_M:
+            return use_more_bits(layer, n) ? GgmlType::Q6_K : t;
+        case FT::IQ4_NL:
+        case FT::IQ4_XS:
+            return layer < n / 8 && !ctx.has_imatrix ? GgmlType::Q5_K : t;
+        case FT::Q4_K_S:
+            return layer < n / 8 ? GgmlType::Q5_K : t;
+        case FT::Q4_0:
+            return ctx.has_imatrix && layer < n / 8 ? GgmlType::Q4_1 : t;
+        case FT::Q5_0:
+            return ctx.has_imatrix && layer < n / 8 ? GgmlType::Q5_1 : t;
+        default:
+            return t;
+    }
+}
+
+GgmlType attn_output_type(FT ft, GgmlType t) {
+    switch (ft) {
+        case FT::Q2_K:
+            return GgmlType::Q3_K;
+        case FT::IQ3_XXS:
+            return GgmlType::IQ3_S;
+        case FT::Q3_K_M:
+        case FT::IQ3_M:
+            return GgmlType::Q4_K;
+        case FT::Q3_K_L:
+            return GgmlType::Q5_K;
+        default:
+            return t;
+    }
+}
+
+// llama_tensor_get_type's mix for a backbone tensor of category c in layer `layer` (-1 outside layers).
+GgmlType mix_type(Cat c, FT ft, GgmlType base, int layer, uint64_t row, const GgufMixContext& ctx) {
+    if (c == Cat::Output || (c == Cat::TokenEmbd && !ctx.has_output)) return output_type(ft, base, row);
+    if (c == Cat::TokenEmbd) {
+        if (any_of(ft, {FT::IQ2_XXS, FT::IQ2_XS, FT::IQ1_S, FT::IQ1_M})) return GgmlType::Q2_K;
+        if (any_of(ft, {FT::IQ2_S, FT::IQ2_M, FT::IQ3_XXS})) return GgmlType::IQ3_S;
+        return base;
+    }
+    if (any_of(ft, {FT::IQ2_XXS, FT::IQ2_XS, FT::IQ1_S, FT::IQ2_S, FT::IQ2_M, FT::IQ1_M}))
+        return tiny_mix(c, ft, base, layer, ctx);
+    switch (c) {
+        case Cat::AttnV:
+            return attn_v_type(ft, base, layer, ctx);
+        case Cat::AttnK:
+        case Cat::AttnQ:
+            return ft == FT::IQ3_XS ? GgmlType::IQ3_XXS : ft == FT::IQ3_XXS ? GgmlType::IQ2_S : base;
+        case Cat::FfnDown:
+            return ffn_down_type(ft, base, layer, ctx);
+        case Cat::AttnOutput:
+            return attn_output_type(ft, base);
+        case Cat::FfnUp:
+        case Cat::FfnGate: {
+            const int n = ctx.n_layers;
+            return ft == FT::IQ3_XS && layer >= n / 8 && layer < 7 * n / 8 ? GgmlType::IQ3_XXS : base;
+        }
+        default:
+            return base;
+    }
+}
+
+// llama.cpp's fallback for a row of `row` values that is not a whole number of t's blocks.
+GgmlType fallback(GgmlType t, uint64_t row) {
+    if (row % ggml_type_traits(T(t)).block_size == 0) return t;
+    switch (t) {
+        case GgmlType::IQ1_S:
+        case GgmlType::IQ1_M:
+        case GgmlType::IQ2_XXS:
+        case GgmlType::IQ2_XS:
+        case GgmlType::IQ2_S:
+        case GgmlType::IQ3_XXS:
+        case GgmlType::IQ3_S:
+        case GgmlType::IQ4_XS:
+            t = GgmlType::IQ4_NL;
+            break;
+        case GgmlType::Q2_K:
+        case GgmlType::Q3_K:
+            t = GgmlType::Q4_0;
+            break;
+        case GgmlType::Q4_K:
+            t = GgmlType::Q5_0;
+            break;
+        case GgmlType::Q5_K:
+            t = GgmlType::Q5_1;
+            break;
+        case GgmlType::Q6_K:
+            t = GgmlType::Q8_0;
+            break;
+        default:
+            break;
+    }
+    return row % ggml_type_traits(T(t)).block_size == 0 ? t : GgmlType::F16;
+}
+
+}  // namespace
+
+bool parse_gguf_file_type(std::string_view s, GgufFileType& out) {
+    std::string l(s);
+    for (char& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (const FileTypeInfo& i : kFileTypes)
+        if (l == i.name) {
+            out = i.type;
+            return true;
+        }
+    return false;
+}
+
+const char* gguf_file_type_name(GgufFileType t) {
+    return info_of(t).name;
+}
+
+std::string gguf_file_type_names() {
+    std::string out;
+    for (const FileTypeInfo& i : kFileTypes) out += (out.empty() ? "" : ", ") + std::string(i.name);
+    return out;
+}
+
+std::string llama_file_type_name(int64_t ftype) {
+    for (const FileTypeInfo& i : kFileTypes)
+        if (static_cast<int64_t>(i.type) == ftype) return i.llama;
+    // llama_ftype values clef does not write; 4-6 and 33-35 are retired.
+    static const std::map<int64_t, const char*> kOthers = {
+        {21, "Q2_K_S"}, {36, "TQ1_0"}, {37, "TQ2_0"}, {38, "MXFP4_MOE"}};
+    auto it = kOthers.find(ftype);
+    return it != kOthers.end() ? it->second : "unknown (" + std::to_string(ftype) + ")";
+}
+
+uint32_t gguf_file_base_type(GgufFileType t) {
+    return T(info_of(t).base);
+}
+
+uint32_t gguf_tensor_type(const std::string& name, const std::vector<uint64_t>& dims, GgufFileType ft,
+                          const GgufMixContext& ctx) {
+    const GgufQuant q = gguf_quant_of(name);
+    const bool matrix = dims.size() >= 2 && dims[1] > 1;
+    // Before the suffix rule: the second frame is v.patch_embd.weight.1 (llama.cpp forces both kernels).
+    if (q == GgufQuant::PatchEmbd) return ft == FT::F16 ? T(GgmlType::F16) : T(GgmlType::F32);
+    if (!matrix || q == GgufQuant::F32 || contains(name, "norm") || !ends_with(name, "weight") ||
+        contains(name, "ssm_conv1d"))
+        return T(GgmlType::F32);
+    const GgmlType base = info_of(ft).base;
+    if (ggml_type_traits(T(base)).block_size == 1) return T(base);  // f32, f16, bf16 files
+    GgmlType t;
+    if (q == GgufQuant::HeadQ8 || q == GgufQuant::HeadBF16)
+        t = q == GgufQuant::HeadBF16 ? GgmlType::BF16 : GgmlType::Q8_0;
+    else
+        t = mix_type(category_of(name), ft, base, gguf_layer_of(name), dims[0], ctx);
+    return T(fallback(t, dims[0]));
+}
+
+bool gguf_type_needs_imatrix(const std::string& name, uint32_t ggml_type) {
+    if (name == "token_embd.weight" || name == "output.weight") return false;
+    switch (static_cast<GgmlType>(ggml_type)) {
+        case GgmlType::IQ3_XXS:
+        case GgmlType::IQ2_XXS:
+        case GgmlType::IQ2_XS:
+        case GgmlType::IQ2_S:
+        case GgmlType::IQ1_M:
+        case GgmlType::IQ1_S:
+            return true;
+        default:
+            return false;
+    }
+}
+
+}  // namespace clef
