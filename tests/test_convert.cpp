@@ -90,12 +90,8 @@ std::vector<DecisionRequest> requests() {
 // Max |p_a - p_b| over every option of one decision.
 double max_diff(const Decision& a, const Decision& b) {
     EXPECT_EQ(a.prompt.input_ids, b.prompt.input_ids);
-    double worst = 0;
-    for (size_t q = 0; q < b.probabilities.size(); ++q)
-        for (size_t o = 0; o < b.probabilities[q].size(); ++o)
-            worst = std::max(worst,
-                             std::fabs(static_cast<double>(a.probabilities[q][o]) - b.probabilities[q][o]));
-    return worst;
+    EXPECT_EQ(a.probabilities.size(), b.probabilities.size());
+    return clef::testing::max_probability_diff(a.probabilities, b.probabilities);
 }
 
 // The end-to-end comparisons use one fixture case (basic_mixed: noul, choice and score questions, 1362 tokens)

@@ -26,6 +26,7 @@
 #include "model/gguf_mmproj.h"
 #include "quant/quant.h"
 #include "test_util.h"
+#include "test_vision_util.h"
 #include "tools/gguf_convert.h"
 #include "tools/gguf_mmproj.h"
 #include "util/error.h"
@@ -93,50 +94,13 @@ DecisionRequest request_of(const JsonValue& c) {
     return req;
 }
 
-std::vector<int32_t> ints_of(const JsonValue& arr) {
-    std::vector<int32_t> v;
-    for (const auto& x : arr.items()) v.push_back(static_cast<int32_t>(x.as_int64()));
-    return v;
-}
-
-// The decision against the case's float64 goldens, with test_image_decision's bounds (last hidden state max
-// 5e-3 / mean 2e-5, logits 2e-4, probabilities 2e-5, response numbers 1e-4).
 void expect_matches_golden(const Decision& d, const JsonValue& c) {
-    EXPECT_EQ(d.prompt.input_ids, ints_of(*c.find("input_ids")));
-    const auto& lhs = c.find("last_hidden_state")->items();
-    const size_t hidden = 64;
-    ASSERT_EQ(d.last_hidden_state.size(), lhs.size() * hidden);
-    double hmax = 0, hsum = 0;
-    for (size_t t = 0; t < lhs.size(); ++t)
-        for (size_t j = 0; j < hidden; ++j) {
-            const double e = std::abs(d.last_hidden_state[t * hidden + j] - lhs[t].items()[j].as_double());
-            hmax = std::max(hmax, e);
-            hsum += e;
-        }
-    EXPECT_LE(hmax, 5e-3);
-    EXPECT_LE(hsum / static_cast<double>(lhs.size() * hidden), 2e-5);
-    const auto& qs = c.find("questions")->items();
-    ASSERT_EQ(d.probabilities.size(), qs.size());
-    for (size_t i = 0; i < qs.size(); ++i) {
-        const auto& lg = qs[i].find("logits")->items();
-        const auto& pr = qs[i].find("probabilities")->items();
-        ASSERT_EQ(d.probabilities[i].size(), pr.size());
-        for (size_t j = 0; j < pr.size(); ++j) {
-            EXPECT_NEAR(d.logits[i][j], lg[j].as_double(), 2e-4) << i << "," << j;
-            EXPECT_NEAR(d.probabilities[i][j], pr[j].as_double(), 2e-5) << i << "," << j;
-        }
-    }
-    clef::testing::expect_json_near(d.response, *c.find("response"), 1e-4, "response");
+    clef::testing::expect_matches_image_golden(d, c);
 }
 
 // Max |p_a - p_b| over every option.
 double max_dp(const Decision& a, const Decision& b) {
-    double worst = 0;
-    for (size_t q = 0; q < b.probabilities.size(); ++q)
-        for (size_t o = 0; o < b.probabilities[q].size(); ++o)
-            worst = std::max(worst,
-                             std::fabs(static_cast<double>(a.probabilities[q][o]) - b.probabilities[q][o]));
-    return worst;
+    return clef::testing::max_probability_diff(a.probabilities, b.probabilities);
 }
 
 // The refusal of the image_pad_in_state case: the engine's ImageTokenMismatch message.
@@ -369,16 +333,7 @@ TEST(Mmproj, TypesPerFileType) {
 
 TEST(Mmproj, GgufWithoutMmprojRefusesImages) {
     const std::unique_ptr<Engine> e = Engine::load(files().gguf);
-    EXPECT_EQ(e->vision(), nullptr);
-    DecisionRequest req = request_of(image_case("image_single_png"));
-    try {
-        e->prepare(req);
-        ADD_FAILURE() << "expected ImageError";
-    } catch (const ImageError& err) {
-        EXPECT_NE(std::string(err.what()).find("no vision tower"), std::string::npos) << err.what();
-    }
-    req.decoded_images.clear();
-    EXPECT_NO_THROW(e->decide(req));
+    clef::testing::expect_refuses_images_answers_text(*e, request_of(image_case("image_single_png")));
 }
 
 // llama.cpp's converter writes no pixel bounds for this projector: the reader then takes Clef-Flash's

@@ -6,7 +6,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -125,6 +127,16 @@ inline std::pair<int, int> span_of(const JsonValue& arr) {
 }
 
 // Parses a fixture case's request_body (the json.dumps text) and validates it.
+// Max |a - b| over every option of every question (Decision::probabilities of two decisions).
+template <class P>
+double max_probability_diff(const P& a, const P& b) {
+    double worst = 0;
+    for (size_t q = 0; q < b.size() && q < a.size(); ++q)
+        for (size_t o = 0; o < b[q].size() && o < a[q].size(); ++o)
+            worst = std::max(worst, std::fabs(static_cast<double>(a[q][o]) - static_cast<double>(b[q][o])));
+    return worst;
+}
+
 inline bool parse_case_request(const JsonValue& c, DecisionRequest& req, std::vector<RequestError>& errors) {
     JsonValue body = parse_json_or_throw(c.find("request_body")->as_string(), c.find("name")->as_string());
     return parse_request(body, req, errors);

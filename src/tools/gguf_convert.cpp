@@ -248,6 +248,15 @@ void add_head_tensor(const TensorSpec& s, const SafetensorsFile& head, const Ten
 
 }  // namespace
 
+ConvertSummary write_gguf(const GgufWriter& w, const std::string& out_path,
+                          const std::function<void(uint64_t, uint64_t)>& progress, ConvertSummary sum) {
+    w.write(out_path, progress);
+    for (auto& [t, n] : sum.tensors_per_type) sum.tensors += n;
+    std::error_code ec;
+    sum.bytes = fs::file_size(out_path, ec);
+    return sum;
+}
+
 ConvertSummary convert_to_gguf(const std::string& model_dir, const std::string& out_path,
                                const ConvertOptions& opt) {
     const ConvertInputs in = open_inputs(model_dir, opt);
@@ -270,11 +279,7 @@ ConvertSummary convert_to_gguf(const std::string& model_dir, const std::string& 
     if (clef)
         for_each_head_tensor(*in.head_config,
                              [&](const TensorSpec& s) { add_head_tensor(s, *in.head, add); });
-    w.write(out_path, opt.progress);
-    for (auto& [t, n] : sum.tensors_per_type) sum.tensors += n;
-    std::error_code ec;
-    sum.bytes = fs::file_size(out_path, ec);
-    return sum;
+    return write_gguf(w, out_path, opt.progress, std::move(sum));
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -356,11 +361,7 @@ ConvertSummary convert_gguf(const std::string& in_path, const std::string& out_p
         add_requantised(w, t, type, importance);
         ++sum.tensors_per_type[ggml_type_traits(type).name];
     }
-    w.write(out_path, opt.progress);
-    for (auto& [t, n] : sum.tensors_per_type) sum.tensors += n;
-    std::error_code ec;
-    sum.bytes = fs::file_size(out_path, ec);
-    return sum;
+    return write_gguf(w, out_path, opt.progress, std::move(sum));
 }
 
 }  // namespace clef

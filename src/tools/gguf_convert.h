@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "io/gguf.h"
 #include "tools/gguf_types.h"
 
 namespace clef {
@@ -28,6 +29,10 @@ struct ConvertSummary {
     uint64_t bytes = 0;                                // file size
     std::map<std::string, uint64_t> tensors_per_type;  // ggml type name -> count
 };
+
+// Writes w to out_path (progress as it goes) and completes sum: its tensor count and the file's size.
+ConvertSummary write_gguf(const GgufWriter& w, const std::string& out_path,
+                          const std::function<void(uint64_t, uint64_t)>& progress, ConvertSummary sum);
 
 // Converts a model directory in the publisher layout to one GGUF file. Throws clef::Error.
 ConvertSummary convert_to_gguf(const std::string& model_dir, const std::string& out_path,

@@ -174,11 +174,7 @@ ConvertSummary convert_to_mmproj(const std::string& model_dir, const std::string
     write_clip(w, in.config, in.processor);
     ConvertSummary sum;
     add_tensors(w, *in.config.vision, *in.ck, opt.type, sum);
-    w.write(out_path, opt.progress);
-    for (auto& [t, n] : sum.tensors_per_type) sum.tensors += n;
-    std::error_code ec;
-    sum.bytes = fs::file_size(out_path, ec);
-    return sum;
+    return write_gguf(w, out_path, opt.progress, std::move(sum));
 }
 
 }  // namespace clef
