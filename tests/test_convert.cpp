@@ -287,7 +287,9 @@ TEST(Convert, QuantisedBackboneReferenceMatchesFast) {
 TEST(Convert, Q8_0ParityOverAllCases) {
     const std::unique_ptr<Engine> bf = Engine::load(converted("bf16")), q8 = Engine::load(converted("q8_0"));
     double worst = 0;
+    int index = 0;
     for (const auto& [name, req] : named_requests()) {
+        if (clef::testing::kSanitized && index++ % 3 != 0) continue;  // a sample there (test_util.h)
         const double d = max_diff(q8->decide(req), bf->decide(req));
         std::printf("q8_0 vs bf16 %-32s max |dp| %.5f\n", name.c_str(), d);
         worst = std::max(worst, d);

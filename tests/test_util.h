@@ -36,6 +36,9 @@ inline constexpr double kTimeScale = 1.0;
 #else
 inline constexpr double kTimeScale = 1.0;
 #endif
+// Sanitizer builds: the sweeps over every fixture case through the slow scalar paths take a sample there
+// (the Release run covers every case; the sanitizers look for memory errors, which a sample finds as well).
+inline constexpr bool kSanitized = kTimeScale > 1.0;
 
 inline std::string data_path(const std::string& rel) {
     return std::string(CLEF_TEST_DATA) + "/" + rel;

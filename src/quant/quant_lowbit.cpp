@@ -96,21 +96,26 @@ void fit_with_min(const float* x, const float* w, int n, int nmax, float& s_out,
 // The index of the IQ4 level nearest to v (the table is sorted).
 int nearest_iq4(float v) {
     const int8_t* t = kIq4nlValues;
-    if (v <= t[0]) return 0;
+    if (!(v > t[0])) return 0;  // NaN too
     if (v >= t[15]) return 15;
-    int k = 0;
-    while (k < 15 && v > t[k + 1]) ++k;
-    return v - t[k] <= t[k + 1] - v ? k : k + 1;
+    int lo = 0, hi = 15;  // t[lo] < v < t[hi]: bisect to neighbours
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        (v < t[mid] ? hi : lo) = mid;
+    }
+    return v - t[lo] <= t[hi] - v ? lo : hi;
 }
 
 // Scale d for x ~ d * kIq4nlValues[L]: candidates map the value of largest magnitude near either end of the
-// table, each refitted by weighted least squares for its levels. 0 for an all-zero block.
+// table (15 near -127, 5 near 113), each refitted by weighted least squares for its levels. 0 for an all-zero
+// block.
 float fit_iq4(const float* x, const float* w, int n) {
     const float vmax = signed_max(x, n);
     if (vmax == 0) return 0;
     float best_d = 0, best_gain = 0;
-    for (int end : {0, 15}) {
-        for (int t = -8; t <= 8; ++t) {
+    for (int end : {0, 15}) {  // the table's long end (-127) gets the finer search
+        const int tries = end == 0 ? 7 : 2;
+        for (int t = -tries; t <= tries; ++t) {
             const float id = (static_cast<float>(kIq4nlValues[end]) + 1.5f * static_cast<float>(t)) / vmax;
             double sxv = 0, svv = 0;
             for (int j = 0; j < n; ++j) {
