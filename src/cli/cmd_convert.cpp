@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -68,7 +69,9 @@ void run_convert(const ConvertCliOptions& o) {
         const ConvertSummary s =
             from_gguf ? convert_gguf(o.model, o.out, opt) : convert_to_gguf(o.model, o.out, opt);
         if (tty) std::fprintf(stderr, "\n");
-        print_summary(o.out, s, opt.type, "arch " + opt.arch);
+        print_summary(
+            o.out, s, opt.type,
+            from_gguf ? "from " + std::filesystem::path(o.model).filename().string() : "arch " + opt.arch);
     }
 }
 
