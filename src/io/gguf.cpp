@@ -730,29 +730,27 @@ void GgufWriter::add_string_array(const std::string& key, const std::vector<std:
     for (const std::string& s : v) put_str(b, s);
     kv_.emplace_back(key, std::move(b));
 }
-void GgufWriter::add_int32_array(const std::string& key, const std::vector<int32_t>& v) {
+namespace {
+// A numeric array: type id, element type, count, then each element as Stored.
+template <class Stored, class Vec>
+std::vector<unsigned char> numeric_array(GgufType element, const Vec& v) {
     std::vector<unsigned char> b;
     put<uint32_t>(b, static_cast<uint32_t>(GgufType::kArray));
-    put<uint32_t>(b, static_cast<uint32_t>(GgufType::kInt32));
+    put<uint32_t>(b, static_cast<uint32_t>(element));
     put<uint64_t>(b, v.size());
-    for (int32_t x : v) put<int32_t>(b, x);
-    kv_.emplace_back(key, std::move(b));
+    for (auto x : v) put<Stored>(b, static_cast<Stored>(x));
+    return b;
+}
+}  // namespace
+
+void GgufWriter::add_int32_array(const std::string& key, const std::vector<int32_t>& v) {
+    kv_.emplace_back(key, numeric_array<int32_t>(GgufType::kInt32, v));
 }
 void GgufWriter::add_float32_array(const std::string& key, const std::vector<float>& v) {
-    std::vector<unsigned char> b;
-    put<uint32_t>(b, static_cast<uint32_t>(GgufType::kArray));
-    put<uint32_t>(b, static_cast<uint32_t>(GgufType::kFloat32));
-    put<uint64_t>(b, v.size());
-    for (float x : v) put<float>(b, x);
-    kv_.emplace_back(key, std::move(b));
+    kv_.emplace_back(key, numeric_array<float>(GgufType::kFloat32, v));
 }
 void GgufWriter::add_bool_array(const std::string& key, const std::vector<bool>& v) {
-    std::vector<unsigned char> b;
-    put<uint32_t>(b, static_cast<uint32_t>(GgufType::kArray));
-    put<uint32_t>(b, static_cast<uint32_t>(GgufType::kBool));
-    put<uint64_t>(b, v.size());
-    for (bool x : v) put<uint8_t>(b, x ? 1 : 0);
-    kv_.emplace_back(key, std::move(b));
+    kv_.emplace_back(key, numeric_array<uint8_t>(GgufType::kBool, v));  // true -> 1, false -> 0
 }
 
 namespace {

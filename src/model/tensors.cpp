@@ -459,16 +459,13 @@ GgufQuant vision_quant_of(std::string_view name) {
 
 GgufQuant gguf_quant_of(std::string_view name) {
     if (name.substr(0, 2) == "v." || name.substr(0, 3) == "mm.") return vision_quant_of(name);
-    auto ends_with = [&](std::string_view suf) {
-        return name.size() >= suf.size() && name.substr(name.size() - suf.size()) == suf;
-    };
     const bool head = name.substr(0, 9) == "decision." || name.substr(0, 8) == "dec.blk." ||
                       name.substr(0, 12) == "token_types.";
     if (head) return Modules::is_scorer_out(name) ? GgufQuant::HeadBF16 : GgufQuant::HeadQ8;
     const bool layer = gguf_layer_of(name) >= 0;
     for (const TextKind& k : kTextKinds) {
         if ((k.where == Where::Global) == layer) continue;
-        if (layer ? ends_with(std::string(".") + k.gguf) : name == k.gguf) return k.quant;
+        if (layer ? name.ends_with(std::string(".") + k.gguf) : name == k.gguf) return k.quant;
     }
     return GgufQuant::Default;
 }

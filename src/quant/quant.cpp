@@ -626,69 +626,98 @@ void QuantMatrix::drop_pages() const {
 void QuantMatrix::row_f32(int64_t r, float* dst) const { matrix_row(*this, r, dst, dequantize_row_f32); }
 void QuantMatrix::row_bf16(int64_t r, uint16_t* dst) const { matrix_row(*this, r, dst, dequantize_row_bf16); }
 
-bool ggml_type_writable(GgmlType type) {
+namespace {
+
+// A quantiser of n values (whole blocks) at x into p; importance may be null (quant.h).
+using RowQuantiser = void (*)(const float* x, const float* importance, unsigned char* p, int64_t n);
+
+// The one list of the types clef writes: their quantisers; nullptr for the others.
+RowQuantiser quantiser_of(GgmlType type) {
+    using quant_detail::quant_iq4_nl, quant_detail::quant_iq4_xs, quant_detail::quant_q2_k,
+        quant_detail::quant_q3_k;
     switch (type) {
         case GgmlType::F32:
+            return [](const float* x, const float*, unsigned char* p, int64_t n) {
+                std::memcpy(p, x, static_cast<size_t>(n) * 4);
+            };
         case GgmlType::F16:
+            return [](const float* x, const float*, unsigned char* p, int64_t n) {
+                for (int64_t i = 0; i < n; ++i) {
+                    const uint16_t h = f32_to_f16(x[i]);
+                    std::memcpy(p + 2 * i, &h, 2);
+                }
+            };
         case GgmlType::BF16:
+            return [](const float* x, const float*, unsigned char* p, int64_t n) {
+                for (int64_t i = 0; i < n; ++i) {
+                    const uint16_t h = f32_to_bf16(x[i]);
+                    std::memcpy(p + 2 * i, &h, 2);
+                }
+            };
         case GgmlType::Q4_0:
-        case GgmlType::Q4_1:
+            return [](const float* x, const float*, unsigned char* p, int64_t n) {
+                quant_sym<BlockQ4_0, 8>(x, reinterpret_cast<BlockQ4_0*>(p), n / kQK);
+            };
         case GgmlType::Q5_0:
+            return [](const float* x, const float*, unsigned char* p, int64_t n) {
+                quant_sym<BlockQ5_0, 16>(x, reinterpret_cast<BlockQ5_0*>(p), n / kQK);
+            };
+        case GgmlType::Q4_1:
+            return [](const float* x, const float*, unsigned char* p, int64_t n) {
+                quant_minmax<BlockQ4_1, 15>(x, reinterpret_cast<BlockQ4_1*>(p), n / kQK);
+            };
         case GgmlType::Q5_1:
+            return [](const float* x, const float*, unsigned char* p, int64_t n) {
+                quant_minmax<BlockQ5_1, 31>(x, reinterpret_cast<BlockQ5_1*>(p), n / kQK);
+            };
         case GgmlType::Q8_0:
-        case GgmlType::Q2_K:
-        case GgmlType::Q3_K:
+            return [](const float* x, const float*, unsigned char* p, int64_t n) {
+                quant_q8_0(x, reinterpret_cast<BlockQ8_0*>(p), n / kQK);
+            };
         case GgmlType::Q4_K:
+            return [](const float* x, const float*, unsigned char* p, int64_t n) {
+                quant_q4_k(x, reinterpret_cast<BlockQ4_K*>(p), n / kQKK);
+            };
         case GgmlType::Q5_K:
+            return [](const float* x, const float*, unsigned char* p, int64_t n) {
+                quant_q5_k(x, reinterpret_cast<BlockQ5_K*>(p), n / kQKK);
+            };
         case GgmlType::Q6_K:
+            return [](const float* x, const float*, unsigned char* p, int64_t n) {
+                quant_q6_k(x, reinterpret_cast<BlockQ6_K*>(p), n / kQKK);
+            };
+        case GgmlType::Q2_K:
+            return [](const float* x, const float* w, unsigned char* p, int64_t n) {
+                quant_q2_k(x, w, p, n / kQKK);
+            };
+        case GgmlType::Q3_K:
+            return [](const float* x, const float* w, unsigned char* p, int64_t n) {
+                quant_q3_k(x, w, p, n / kQKK);
+            };
         case GgmlType::IQ4_NL:
+            return [](const float* x, const float* w, unsigned char* p, int64_t n) {
+                quant_iq4_nl(x, w, p, n / kQK);
+            };
         case GgmlType::IQ4_XS:
-            return true;
+            return [](const float* x, const float* w, unsigned char* p, int64_t n) {
+                quant_iq4_xs(x, w, p, n / kQKK);
+            };
         default:
-            return false;
+            return nullptr;
     }
+}
+
+}  // namespace
+
+bool ggml_type_writable(GgmlType type) {
+    return quantiser_of(type) != nullptr;
 }
 
 void quantize_row(GgmlType type, const float* x, void* dst, int64_t n, const float* importance) {
     check_n(type, n);
-    auto* p = static_cast<unsigned char*>(dst);
-    switch (type) {
-        case GgmlType::F32: std::memcpy(p, x, static_cast<size_t>(n) * 4); return;
-        case GgmlType::F16:
-            for (int64_t i = 0; i < n; ++i) {
-                const uint16_t h = f32_to_f16(x[i]);
-                std::memcpy(p + 2 * i, &h, 2);
-            }
-            return;
-        case GgmlType::BF16:
-            for (int64_t i = 0; i < n; ++i) {
-                const uint16_t h = f32_to_bf16(x[i]);
-                std::memcpy(p + 2 * i, &h, 2);
-            }
-            return;
-        case GgmlType::Q4_0: quant_sym<BlockQ4_0, 8>(x, reinterpret_cast<BlockQ4_0*>(p), n / kQK); return;
-        case GgmlType::Q5_0: quant_sym<BlockQ5_0, 16>(x, reinterpret_cast<BlockQ5_0*>(p), n / kQK); return;
-        case GgmlType::Q4_1: quant_minmax<BlockQ4_1, 15>(x, reinterpret_cast<BlockQ4_1*>(p), n / kQK); return;
-        case GgmlType::Q5_1: quant_minmax<BlockQ5_1, 31>(x, reinterpret_cast<BlockQ5_1*>(p), n / kQK); return;
-        case GgmlType::Q8_0: quant_q8_0(x, reinterpret_cast<BlockQ8_0*>(p), n / kQK); return;
-        case GgmlType::Q4_K: quant_q4_k(x, reinterpret_cast<BlockQ4_K*>(p), n / kQKK); return;
-        case GgmlType::Q5_K: quant_q5_k(x, reinterpret_cast<BlockQ5_K*>(p), n / kQKK); return;
-        case GgmlType::Q6_K: quant_q6_k(x, reinterpret_cast<BlockQ6_K*>(p), n / kQKK); return;
-        case GgmlType::Q2_K:
-            quant_detail::quant_q2_k(x, importance, p, n / kQKK);
-            return;
-        case GgmlType::Q3_K:
-            quant_detail::quant_q3_k(x, importance, p, n / kQKK);
-            return;
-        case GgmlType::IQ4_NL:
-            quant_detail::quant_iq4_nl(x, importance, p, n / kQK);
-            return;
-        case GgmlType::IQ4_XS:
-            quant_detail::quant_iq4_xs(x, importance, p, n / kQKK);
-            return;
-        default: break;
-    }
-    throw Error("clef cannot quantise to ggml type " + ggml_type_name(static_cast<uint32_t>(type)));
+    const RowQuantiser q = quantiser_of(type);
+    if (!q) throw Error("clef cannot quantise to ggml type " + ggml_type_name(static_cast<uint32_t>(type)));
+    q(x, importance, static_cast<unsigned char*>(dst), n);
 }
 
 }  // namespace clef

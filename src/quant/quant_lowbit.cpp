@@ -38,27 +38,34 @@ float signed_max(const float* x, int n) {
     return std::isfinite(vmax) && amax > 1e-30f ? vmax : 0.f;
 }
 
+// One candidate inverse scale: the levels level(iscale * x_j) refitted by weighted least squares (scale
+// sum w x v / sum w v^2); kept in best when its gain (sum w x v)^2 / sum w v^2 -- by how much it lowers the
+// weighted squared error sum w x^2 -- is the largest so far.
+template <class Level>
+void try_scale(const float* x, const float* w, int n, float iscale, Level level, float& best,
+               float& best_gain) {
+    double sxv = 0, svv = 0;
+    for (int j = 0; j < n; ++j) {
+        const double v = level(iscale * x[j]);
+        sxv += static_cast<double>(w[j]) * x[j] * v;
+        svv += static_cast<double>(w[j]) * v * v;
+    }
+    if (svv <= 0) return;
+    const float gain = static_cast<float>(sxv * sxv / svv);
+    if (gain > best_gain) best_gain = gain, best = static_cast<float>(sxv / svv);
+}
+
 // Scale s (sign included) for x ~ s * L, L an integer in [lo, hi]: candidates put the value of largest
-// magnitude at lo or hi times a factor in [0.8, 1.2], each refitted by weighted least squares for its levels;
-// the one with the smallest weighted squared error wins. 0 for an all-zero block.
+// magnitude at lo or hi times a factor in [0.8, 1.2] (try_scale). 0 for an all-zero block.
 float fit_symmetric(const float* x, const float* w, int n, int lo, int hi) {
     const float vmax = signed_max(x, n);
     if (vmax == 0) return 0;
-    float best_s = 0, best_gain = 0;  // error = sum w x^2 - sxl^2 / sll: maximise the gain sxl^2 / sll
-    for (int target : {lo, hi}) {
-        for (int t = -4; t <= 4; ++t) {
-            const float iscale = static_cast<float>(target) * (1.f + 0.05f * static_cast<float>(t)) / vmax;
-            double sxl = 0, sll = 0;
-            for (int j = 0; j < n; ++j) {
-                const int l = std::clamp(nearest_int(iscale * x[j]), lo, hi);
-                sxl += static_cast<double>(w[j]) * x[j] * l;
-                sll += static_cast<double>(w[j]) * l * l;
-            }
-            if (sll <= 0) continue;
-            const float gain = static_cast<float>(sxl * sxl / sll);
-            if (gain > best_gain) best_gain = gain, best_s = static_cast<float>(sxl / sll);
-        }
-    }
+    float best_s = 0, best_gain = 0;
+    auto level = [lo, hi](float v) { return std::clamp(nearest_int(v), lo, hi); };
+    for (int target : {lo, hi})
+        for (int t = -4; t <= 4; ++t)
+            try_scale(x, w, n, static_cast<float>(target) * (1.f + 0.05f * static_cast<float>(t)) / vmax,
+                      level, best_s, best_gain);
     return best_s;
 }
 
@@ -107,26 +114,17 @@ int nearest_iq4(float v) {
 }
 
 // Scale d for x ~ d * kIq4nlValues[L]: candidates map the value of largest magnitude near either end of the
-// table (15 near -127, 5 near 113), each refitted by weighted least squares for its levels. 0 for an all-zero
-// block.
+// table, 15 near -127 and 5 near 113 (try_scale). 0 for an all-zero block.
 float fit_iq4(const float* x, const float* w, int n) {
     const float vmax = signed_max(x, n);
     if (vmax == 0) return 0;
     float best_d = 0, best_gain = 0;
+    auto level = [](float v) { return kIq4nlValues[nearest_iq4(v)]; };
     for (int end : {0, 15}) {  // the table's long end (-127) gets the finer search
         const int tries = end == 0 ? 7 : 2;
-        for (int t = -tries; t <= tries; ++t) {
-            const float id = (static_cast<float>(kIq4nlValues[end]) + 1.5f * static_cast<float>(t)) / vmax;
-            double sxv = 0, svv = 0;
-            for (int j = 0; j < n; ++j) {
-                const float v = kIq4nlValues[nearest_iq4(id * x[j])];
-                sxv += static_cast<double>(w[j]) * x[j] * v;
-                svv += static_cast<double>(w[j]) * v * v;
-            }
-            if (svv <= 0) continue;
-            const float gain = static_cast<float>(sxv * sxv / svv);
-            if (gain > best_gain) best_gain = gain, best_d = static_cast<float>(sxv / svv);
-        }
+        for (int t = -tries; t <= tries; ++t)
+            try_scale(x, w, n, (static_cast<float>(kIq4nlValues[end]) + 1.5f * static_cast<float>(t)) / vmax,
+                      level, best_d, best_gain);
     }
     return best_d;
 }

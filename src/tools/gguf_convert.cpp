@@ -168,22 +168,9 @@ struct TensorSink {
     ConvertSummary& sum;
 
     void operator()(const TensorSpec& s, std::function<std::vector<float>()> make) const {
-        const std::vector<uint64_t> dims = gguf_dims(s);
         const float* importance = nullptr;
-        const uint32_t type = types.pick(s.gguf, dims, importance);
-        const GgmlTypeTraits tt = ggml_type_traits(type);
-        uint64_t n = 1;
-        for (uint64_t d : dims) n *= d;
-        const uint64_t k = dims[0], rows = n / k, rb = ggml_row_bytes(tt, k);
-        ++sum.tensors_per_type[tt.name];
-        w.add_tensor(s.gguf, type, dims, rows * rb, [=](unsigned char* dst) {
-            std::vector<float> x = make();
-            if (x.size() != n) throw Error("element count mismatch");
-#pragma omp parallel for schedule(static)
-            for (int64_t r = 0; r < static_cast<int64_t>(rows); ++r)
-                quantize_row(static_cast<GgmlType>(type), x.data() + r * k, dst + r * rb,
-                             static_cast<int64_t>(k), importance);
-        });
+        const uint32_t type = types.pick(s.gguf, gguf_dims(s), importance);
+        add_quantised_tensor(w, s, type, importance, std::move(make), sum);
     }
 };
 
@@ -194,10 +181,9 @@ bool writes_output(const TextConfig& c, const Checkpoint& ck) {
 }
 
 // The backbone's tensors, read from the checkpoint under prefix and put in the GGUF layouts; the output
-// matrix only when it is not tied to the embeddings or the checkpoint has one anyway.
-void add_text_tensors(const TextConfig& c, const Checkpoint& ck, const std::string& prefix,
+// matrix when with_output (writes_output).
+void add_text_tensors(const TextConfig& c, const Checkpoint& ck, const std::string& prefix, bool with_output,
                       const TensorSink& add) {
-    const bool with_output = writes_output(c, ck);
     const GdnHeads g = gdn_heads(c);
     for_each_text_tensor(c, with_output, [&](const TensorSpec& s) {
         const TensorView& tv = ck.get(text_name(s, prefix));
@@ -248,6 +234,24 @@ void add_head_tensor(const TensorSpec& s, const SafetensorsFile& head, const Ten
 
 }  // namespace
 
+void add_quantised_tensor(GgufWriter& w, const TensorSpec& s, uint32_t type, const float* importance,
+                          std::function<std::vector<float>()> make, ConvertSummary& sum) {
+    const std::vector<uint64_t> dims = gguf_dims(s);
+    const GgmlTypeTraits tt = ggml_type_traits(type);
+    uint64_t n = 1;
+    for (uint64_t d : dims) n *= d;
+    const uint64_t k = dims[0], rows = n / k, rb = ggml_row_bytes(tt, k);
+    ++sum.tensors_per_type[tt.name];
+    w.add_tensor(s.gguf, type, dims, rows * rb, [=, make = std::move(make)](unsigned char* dst) {
+        std::vector<float> x = make();
+        if (x.size() != n) throw Error("element count mismatch");
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < static_cast<int64_t>(rows); ++r)
+            quantize_row(static_cast<GgmlType>(type), x.data() + r * k, dst + r * rb, static_cast<int64_t>(k),
+                         importance);
+    });
+}
+
 ConvertSummary write_gguf(const GgufWriter& w, const std::string& out_path,
                           const std::function<void(uint64_t, uint64_t)>& progress, ConvertSummary sum) {
     w.write(out_path, progress);
@@ -275,7 +279,7 @@ ConvertSummary convert_to_gguf(const std::string& model_dir, const std::string& 
     const TypePicker types = make_picker(
         opt, {c.num_layers, c.num_kv_heads > 0 ? c.num_heads / c.num_kv_heads : 0, with_output, false});
     const TensorSink add{w, types, sum};
-    add_text_tensors(c, *in.ck, in.ck_prefix, add);
+    add_text_tensors(c, *in.ck, in.ck_prefix, with_output, add);
     if (clef)
         for_each_head_tensor(*in.head_config,
                              [&](const TensorSpec& s) { add_head_tensor(s, *in.head, add); });

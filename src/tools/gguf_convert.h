@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "io/gguf.h"
+#include "model/tensors.h"
 #include "tools/gguf_types.h"
 
 namespace clef {
@@ -29,6 +30,12 @@ struct ConvertSummary {
     uint64_t bytes = 0;                                // file size
     std::map<std::string, uint64_t> tensors_per_type;  // ggml type name -> count
 };
+
+// Adds the table's tensor s (its GGUF name and dims) to w in ggml type `type` and counts it in sum; `make`
+// gives its values in the GGUF layout, run (and the rows quantised, weighted by the nullable per-column
+// importance) only when the file is written.
+void add_quantised_tensor(GgufWriter& w, const TensorSpec& s, uint32_t type, const float* importance,
+                          std::function<std::vector<float>()> make, ConvertSummary& sum);
 
 // Writes w to out_path (progress as it goes) and completes sum: its tensor count and the file's size.
 ConvertSummary write_gguf(const GgufWriter& w, const std::string& out_path,

@@ -132,24 +132,17 @@ std::vector<float> frame_of(const std::vector<float>& conv, const TensorSpec& s)
 }
 
 // Adds the table's tensor s to w in the type gguf_tensor_type gives it; its values are read from the
-// checkpoint and quantised only when the file is written.
+// checkpoint (one frame of the patch kernel) and quantised only when the file is written.
 void add_tensor(GgufWriter& w, const TensorSpec& s, const TensorView& tv, GgufFileType ft,
                 ConvertSummary& sum) {
-    const std::vector<uint64_t> dims = gguf_dims(s);
-    const uint32_t type = gguf_tensor_type(s.gguf, dims, ft, GgufMixContext{});
-    const GgmlTypeTraits tt = ggml_type_traits(type);
-    uint64_t n = 1;
-    for (uint64_t d : dims) n *= d;
-    const uint64_t k = dims[0], rows = n / k, rb = ggml_row_bytes(tt, k);
-    ++sum.tensors_per_type[tt.name];
-    w.add_tensor(s.gguf, type, dims, rows * rb, [&tv, s, type, k, rows, rb](unsigned char* dst) {
-        std::vector<float> x = tv.to_f32();
-        if (s.layout == GgufLayout::PatchFrame) x = frame_of(x, s);
-#pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < static_cast<int64_t>(rows); ++r)
-            quantize_row(static_cast<GgmlType>(type), x.data() + r * k, dst + r * rb,
-                         static_cast<int64_t>(k));
-    });
+    const uint32_t type = gguf_tensor_type(s.gguf, gguf_dims(s), ft, GgufMixContext{});
+    add_quantised_tensor(
+        w, s, type, nullptr,
+        [&tv, s] {
+            std::vector<float> x = tv.to_f32();
+            return s.layout == GgufLayout::PatchFrame ? frame_of(x, s) : x;
+        },
+        sum);
 }
 
 void add_tensors(GgufWriter& w, const VisionConfig& v, const Checkpoint& ck, GgufFileType ft,

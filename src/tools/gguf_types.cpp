@@ -61,10 +61,6 @@ const FileTypeInfo& info_of(FT t) {
     return kFileTypes[0];
 }
 
-bool ends_with(std::string_view s, std::string_view suf) {
-    return s.size() >= suf.size() && s.substr(s.size() - suf.size()) == suf;
-}
-
 bool contains(std::string_view s, std::string_view part) {
     return s.find(part) != std::string_view::npos;
 }
@@ -298,7 +294,7 @@ uint32_t gguf_tensor_type(const std::string& name, const std::vector<uint64_t>& 
     const bool matrix = dims.size() >= 2 && dims[1] > 1;
     // Before the suffix rule: the second frame is v.patch_embd.weight.1 (llama.cpp forces both kernels).
     if (q == GgufQuant::PatchEmbd) return ft == FT::F16 ? T(GgmlType::F16) : T(GgmlType::F32);
-    if (!matrix || q == GgufQuant::F32 || contains(name, "norm") || !ends_with(name, "weight") ||
+    if (!matrix || q == GgufQuant::F32 || contains(name, "norm") || !name.ends_with("weight") ||
         contains(name, "ssm_conv1d"))
         return T(GgmlType::F32);
     const GgmlType base = info_of(ft).base;

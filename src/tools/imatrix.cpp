@@ -31,9 +31,7 @@ ImportanceMatrix load_gguf(const std::string& path) {
         return v;
     };
     for (const GgufTensorInfo& t : f.tensors()) {
-        if (t.name.size() <= sums.size() ||
-            t.name.compare(t.name.size() - sums.size(), sums.size(), sums) != 0)
-            continue;
+        if (t.name.size() <= sums.size() || !t.name.ends_with(sums)) continue;
         const std::string name = t.name.substr(0, t.name.size() - sums.size());
         const GgufTensorInfo* c = f.find_tensor(name + counts);
         if (!c) throw Error(path + ": " + t.name + " has no " + name + counts);
