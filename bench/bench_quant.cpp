@@ -55,9 +55,17 @@ void BM_DequantizeBf16(benchmark::State& st, GgmlType t) {
     st.SetItemsProcessed(st.iterations() * kN);
 }
 
-#define CLEF_QUANT_BENCH(T)                         \
-    BENCHMARK_CAPTURE(BM_Quantize, T, GgmlType::T); \
-    BENCHMARK_CAPTURE(BM_DequantizeBf16, T, GgmlType::T);
+// The same with the vector kernels off: the scalar references.
+void BM_DequantizeBf16Scalar(benchmark::State& st, GgmlType t) {
+    clef::set_quant_simd(false);
+    BM_DequantizeBf16(st, t);
+    clef::set_quant_simd(true);
+}
+
+#define CLEF_QUANT_BENCH(T)                               \
+    BENCHMARK_CAPTURE(BM_Quantize, T, GgmlType::T);       \
+    BENCHMARK_CAPTURE(BM_DequantizeBf16, T, GgmlType::T); \
+    BENCHMARK_CAPTURE(BM_DequantizeBf16Scalar, T, GgmlType::T);
 
 CLEF_QUANT_BENCH(Q8_0)
 CLEF_QUANT_BENCH(Q4_0)
@@ -69,6 +77,11 @@ CLEF_QUANT_BENCH(Q2_K)
 CLEF_QUANT_BENCH(Q3_K)
 CLEF_QUANT_BENCH(IQ4_NL)
 CLEF_QUANT_BENCH(IQ4_XS)
+CLEF_QUANT_BENCH(IQ3_S)
+CLEF_QUANT_BENCH(IQ3_XXS)
+CLEF_QUANT_BENCH(IQ2_S)
+CLEF_QUANT_BENCH(IQ2_XS)
+CLEF_QUANT_BENCH(IQ2_XXS)
 
 }  // namespace
 

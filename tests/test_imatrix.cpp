@@ -140,8 +140,8 @@ TEST(Imatrix, QuantisersWeighTheirError) {
 }
 
 // `clef convert --imatrix`: the llama.cpp-written blocks file (tests/data/gguf) requantised to q2_k with and
-// without a matrix gives different bytes; a matrix of the wrong width is refused; the i-quant types clef does
-// not write are refused by name.
+// without a matrix gives different bytes; a matrix of the wrong width is refused; iq2_xxs is refused without
+// a matrix and written with one; the i-quant types clef does not write (IQ1) are refused by name.
 TEST(Imatrix, ConvertUsesIt) {
     const std::string src = std::string(CLEF_TEST_DATA) + "/gguf/ggml-blocks.gguf";
     const GgufFile f = GgufFile::open(src);
@@ -180,8 +180,15 @@ TEST(Imatrix, ConvertUsesIt) {
     EXPECT_EQ(WEXITSTATUS(status), 2);
     EXPECT_NE(log.find("another model"), std::string::npos) << log;
 
-    log = convert("--type iq2_xxs --imatrix " + imatrix, "y.gguf", status);
+    log = convert("--type iq2_xxs", "y.gguf", status);  // needs the matrix
     EXPECT_EQ(WEXITSTATUS(status), 2);
-    EXPECT_NE(log.find("iq2_xxs"), std::string::npos) << log;
+    EXPECT_NE(log.find("needs an importance matrix"), std::string::npos) << log;
+    convert("--type iq2_xxs --imatrix " + imatrix, "y.gguf", status);
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+    EXPECT_EQ(GgufFile::open(dir() + "/y.gguf").find_tensor("f16.weight")->ggml_type, 16u);  // IQ2_XXS
+
+    log = convert("--type iq1_s --imatrix " + imatrix, "z.gguf", status);
+    EXPECT_EQ(WEXITSTATUS(status), 2);
+    EXPECT_NE(log.find("iq1_s"), std::string::npos) << log;
     EXPECT_NE(log.find("cannot write yet"), std::string::npos) << log;
 }

@@ -148,7 +148,18 @@ TEST(Dequant, BlocksMatchTheScalarDecoderOnEveryTarget) {
     } types[] = {{GgmlType::Q8_0, ops::DequantType::Q8_0, {0}},
                  {GgmlType::Q4_K, ops::DequantType::Q4_K, {0, 2}},
                  {GgmlType::Q5_K, ops::DequantType::Q5_K, {0, 2}},
-                 {GgmlType::Q6_K, ops::DequantType::Q6_K, {208}}};
+                 {GgmlType::Q6_K, ops::DequantType::Q6_K, {208}},
+                 {GgmlType::Q2_K, ops::DequantType::Q2_K, {80, 82}},
+                 {GgmlType::Q3_K, ops::DequantType::Q3_K, {108}},
+                 {GgmlType::IQ4_NL, ops::DequantType::IQ4_NL, {0}},
+                 {GgmlType::IQ4_XS, ops::DequantType::IQ4_XS, {0}},
+                 {GgmlType::IQ2_XXS, ops::DequantType::IQ2_XXS, {0}},
+                 {GgmlType::IQ2_XS, ops::DequantType::IQ2_XS, {0}},
+                 {GgmlType::IQ2_S, ops::DequantType::IQ2_S, {0}},
+                 {GgmlType::IQ3_XXS, ops::DequantType::IQ3_XXS, {0}},
+                 {GgmlType::IQ3_S, ops::DequantType::IQ3_S, {0}},
+                 {GgmlType::IQ1_S, ops::DequantType::IQ1_S, {0}},
+                 {GgmlType::IQ1_M, ops::DequantType::IQ1_M, {}}};  // d in the scales' top nibbles
     for (const auto& t : types) {
         const GgmlTypeTraits tt = ggml_type_traits(static_cast<uint32_t>(t.type));
         SCOPED_TRACE(tt.name);

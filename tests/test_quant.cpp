@@ -113,7 +113,21 @@ std::vector<int> half_fields(GgmlType t) {
         case GgmlType::Q4_K:
         case GgmlType::Q5_K: return {0, 2};
         case GgmlType::Q6_K: return {208};
-        default: return {};
+        case GgmlType::Q2_K:
+            return {80, 82};
+        case GgmlType::Q3_K:
+            return {108};
+        case GgmlType::IQ4_NL:
+        case GgmlType::IQ4_XS:
+        case GgmlType::IQ2_XXS:
+        case GgmlType::IQ2_XS:
+        case GgmlType::IQ2_S:
+        case GgmlType::IQ3_XXS:
+        case GgmlType::IQ3_S:
+        case GgmlType::IQ1_S:
+            return {0};
+        default:
+            return {};  // IQ1_M's d is spread over its scales' top nibbles
     }
 }
 
@@ -174,7 +188,10 @@ TEST(Quant, SimdMatchesScalarOnEveryTarget) {
         const ops::ScopedSimdTarget use(target);
         std::mt19937 rng(23);
         const float specials[] = {INFINITY, -INFINITY, NAN, 6e-8f, -3e-5f, 65504.f, 0.f};
-        for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+        for (GgmlType t :
+             {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K, GgmlType::Q3_K,
+              GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S,
+              GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ1_S, GgmlType::IQ1_M}) {
             const GgmlTypeTraits tt = ggml_type_traits(static_cast<uint32_t>(t));
             SCOPED_TRACE(tt.name);
             const int nblocks = 96;
@@ -634,11 +651,13 @@ TEST(Quant, QuantiserRoundTripErrors) {
         double max_rel_rms;
     };
     // Relative RMS error bounds: a few times the uniform-quantiser noise of each format on N(0, 1) data.
-    const Case cases[] = {{GgmlType::F16, 1e-3},  {GgmlType::BF16, 5e-3},   {GgmlType::Q8_0, 0.01},
-                          {GgmlType::Q6_K, 0.03}, {GgmlType::Q5_K, 0.05},   {GgmlType::Q4_K, 0.10},
-                          {GgmlType::Q5_0, 0.06}, {GgmlType::Q5_1, 0.06},   {GgmlType::Q4_0, 0.12},
-                          {GgmlType::Q4_1, 0.12}, {GgmlType::IQ4_NL, 0.12}, {GgmlType::IQ4_XS, 0.12},
-                          {GgmlType::Q3_K, 0.25}, {GgmlType::Q2_K, 0.45}};
+    const Case cases[] = {{GgmlType::F16, 1e-3},     {GgmlType::BF16, 5e-3},   {GgmlType::Q8_0, 0.01},
+                          {GgmlType::Q6_K, 0.03},    {GgmlType::Q5_K, 0.05},   {GgmlType::Q4_K, 0.10},
+                          {GgmlType::Q5_0, 0.06},    {GgmlType::Q5_1, 0.06},   {GgmlType::Q4_0, 0.12},
+                          {GgmlType::Q4_1, 0.12},    {GgmlType::IQ4_NL, 0.12}, {GgmlType::IQ4_XS, 0.12},
+                          {GgmlType::Q3_K, 0.25},    {GgmlType::Q2_K, 0.45},   {GgmlType::IQ3_S, 0.16},
+                          {GgmlType::IQ3_XXS, 0.22}, {GgmlType::IQ2_S, 0.30},  {GgmlType::IQ2_XS, 0.35},
+                          {GgmlType::IQ2_XXS, 0.40}};
     for (const Case& c : cases) {
         const GgmlTypeTraits tt = ggml_type_traits(static_cast<uint32_t>(c.t));
         SCOPED_TRACE(tt.name);
@@ -659,7 +678,9 @@ TEST(Quant, QuantiserRoundTripErrors) {
 TEST(Quant, ZerosAndExactValues) {
     std::vector<float> z(256, 0.f), y(256, 1.f);
     std::vector<GgmlType> written(std::begin(kQuantTypes), std::end(kQuantTypes));
-    written.insert(written.end(), {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS});
+    written.insert(written.end(),
+                   {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::IQ2_XXS,
+                    GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S});
     for (GgmlType t : written) {
         const GgmlTypeTraits tt = ggml_type_traits(static_cast<uint32_t>(t));
         std::vector<uint8_t> q(tt.type_size * (256 / tt.block_size));
@@ -688,8 +709,8 @@ TEST(Quant, Refusals) {
         EXPECT_NE(std::string(e.what()).find("tq1_0"), std::string::npos) << e.what();
     }
     EXPECT_THROW(dequantize_ref(GgmlType::Q4_K, q.data(), y.data(), 100), Error);  // not whole blocks
-    EXPECT_THROW(quantize_row(GgmlType::IQ2_XXS, y.data(), q.data(), 256), Error);  // read, not written
-    EXPECT_FALSE(ggml_type_writable(GgmlType::IQ2_XXS));
+    EXPECT_THROW(quantize_row(GgmlType::IQ1_S, y.data(), q.data(), 256), Error);   // read, not written
+    EXPECT_FALSE(ggml_type_writable(GgmlType::IQ1_M));
     EXPECT_TRUE(ggml_type_writable(GgmlType::IQ4_XS));
 }
 

@@ -8,6 +8,7 @@
 #include <hwy/highway.h>
 
 #include "ops/cpu.h"
+#include "ops/iq_groups.h"
 #include "ops/quant_blocks.h"
 #include "util/half.h"
 
@@ -20,15 +21,17 @@ using DF = hn::CappedTag<float, 16>;
 using DI = hn::RebindToSigned<DF>;
 using DU = hn::RebindToUnsigned<DF>;
 
-HWY_INLINE void store(DF df, hn::Vec<DF> v, float* y) {
+template <class D>
+HWY_INLINE void store(D df, hn::Vec<D> v, float* y) {
     hn::StoreU(v, df, y);
 }
 
 // util/half.h's f32_to_bf16 on every lane: round to nearest even, NaN kept a NaN (quiet bit set).
-HWY_INLINE void store(DF df, hn::Vec<DF> v, uint16_t* y) {
-    const DU du;
-    const DI di;
-    const hn::Rebind<uint16_t, DF> d16;
+template <class D>
+HWY_INLINE void store(D df, hn::Vec<D> v, uint16_t* y) {
+    const hn::RebindToUnsigned<D> du;
+    const hn::RebindToSigned<D> di;
+    const hn::Rebind<uint16_t, D> d16;
     const auto u = hn::BitCast(du, v);
     const auto hi = hn::ShiftRight<16>(u);
     const auto lsb = hn::And(hi, hn::Set(du, 1u));
@@ -129,6 +132,135 @@ void q6_k(const BlockQ6_K* b, Out* y, int64_t nb) {
     }
 }
 
+// Q2_K: 16 sub-blocks of 16 (quant/dequant_lowbit.cpp's layout): dl * level - ml.
+template <class Out>
+void q2_k(const BlockQ2_K* b, Out* y, int64_t nb) {
+    const DF df;
+    const DI di;
+    const int N = static_cast<int>(hn::Lanes(df));
+    const auto three = hn::Set(di, 3);
+    for (int64_t i = 0; i < nb; ++i) {
+        const float d = f16_to_f32(b[i].d), dmin = f16_to_f32(b[i].dmin);
+        for (int k = 0; k < 16; ++k, y += 16) {
+            const int h = k / 8, s = (k / 2) % 4, p = k % 2;
+            const float dl = d * static_cast<float>(b[i].scales[k] & 0xF);
+            const float ml = dmin * static_cast<float>(b[i].scales[k] >> 4);
+            for (int l = 0; l < 16; l += N) {
+                const auto q =
+                    hn::And(hn::ShiftRightSame(load_u8(b[i].qs + 32 * h + 16 * p + l), 2 * s), three);
+                store(df, scale_sub(q, dl, ml), y + l);
+            }
+        }
+    }
+}
+
+// Q3_K: as Q2_K, level = 2-bit field - (hmask bit set ? 0 : 4), times dl = d * (scale - 32).
+template <class Out>
+void q3_k(const BlockQ3_K* b, Out* y, int64_t nb) {
+    const DF df;
+    const DI di;
+    const int N = static_cast<int>(hn::Lanes(df));
+    const auto three = hn::Set(di, 3), four = hn::Set(di, 4), zero = hn::Zero(di);
+    for (int64_t i = 0; i < nb; ++i) {
+        const float d = f16_to_f32(b[i].d);
+        for (int k = 0; k < 16; ++k, y += 16) {
+            const int h = k / 8, s = (k / 2) % 4, p = k % 2;
+            const int sc = ((b[i].scales[k % 8] >> (4 * (k / 8))) & 0xF) |
+                           (((b[i].scales[8 + k % 4] >> (2 * (k / 4))) & 3) << 4);
+            const auto dl = hn::Set(df, d * static_cast<float>(sc - 32));
+            const auto hbit = hn::Set(di, 1 << (4 * h + s));
+            for (int l = 0; l < 16; l += N) {
+                const auto q =
+                    hn::And(hn::ShiftRightSame(load_u8(b[i].qs + 32 * h + 16 * p + l), 2 * s), three);
+                const auto high = hn::Eq(hn::And(load_u8(b[i].hmask + 16 * p + l), hbit), zero);
+                store(df, hn::Mul(dl, hn::ConvertTo(df, hn::IfThenElse(high, hn::Sub(q, four), q))), y + l);
+            }
+        }
+    }
+}
+
+// 32 IQ4 values: dl * kIq4nlValues[nibble], value j < 16 the low nibble of q[j], j + 16 the high one.
+template <class Out>
+HWY_INLINE void iq4_32(const uint8_t* q, float dl, Out* y) {
+    const DF df;
+    const DI di;
+    const hn::Rebind<int8_t, DI> d8;
+    const int N = static_cast<int>(hn::Lanes(df));
+    const hn::CappedTag<int8_t, 16> d16;  // one table lookup per 16 nibbles (HWY_SCALAR: one lane, by hand)
+    const hn::RebindToUnsigned<decltype(d16)> du16;
+    int8_t levels[32];
+    if (hn::Lanes(d16) == 16) {
+        const auto table = hn::LoadU(d16, kIq4nlValues);
+        const auto v = hn::LoadU(du16, q);
+        hn::StoreU(hn::TableLookupBytes(table, hn::BitCast(d16, hn::And(v, hn::Set(du16, 0xF)))), d16,
+                   levels);
+        hn::StoreU(hn::TableLookupBytes(table, hn::BitCast(d16, hn::ShiftRight<4>(v))), d16, levels + 16);
+    } else {
+        for (int j = 0; j < 16; ++j)
+            levels[j] = kIq4nlValues[q[j] & 0xF], levels[j + 16] = kIq4nlValues[q[j] >> 4];
+    }
+    const auto vdl = hn::Set(df, dl);
+    for (int j = 0; j < 32; j += N)
+        store(df, hn::Mul(vdl, hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, levels + j)))), y + j);
+}
+
+template <class Out>
+void iq4_nl(const BlockIQ4_NL* b, Out* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, y += 32) iq4_32(b[i].qs, f16_to_f32(b[i].d), y);
+}
+
+template <class Out>
+void iq4_xs(const BlockIQ4_XS* b, Out* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i) {
+        const float d = f16_to_f32(b[i].d);
+        for (int ib = 0; ib < 8; ++ib, y += 32) {
+            const int s =
+                ((b[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b[i].scales_h >> (2 * ib)) & 3) << 4);
+            iq4_32(b[i].qs + 16 * ib, d * static_cast<float>(s - 32), y);
+        }
+    }
+}
+
+// The grid i-quants, a group of 8 at a time (ops/iq_groups.h), in lanes of at most 8.
+using D8 = hn::CappedTag<float, 8>;
+
+template <class Out>
+HWY_INLINE void put8(const IqGroup& q, Out* y) {
+    const D8 df;
+    const hn::RebindToSigned<D8> di;
+    const hn::Rebind<uint8_t, D8> d8;
+    const int N = static_cast<int>(hn::Lanes(df));
+    const auto bit = hn::Shl(hn::Set(di, 1), hn::Iota(di, 0)), zero = hn::Zero(di);
+    const auto db = hn::Set(df, q.db);
+    for (int j = 0; j < 8; j += N) {
+        const auto mag = hn::ConvertTo(
+            df, hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<D8>(), hn::LoadU(d8, q.mags + j))));
+        const auto v = hn::Mul(db, mag);
+        const auto positive = hn::RebindMask(df, hn::Eq(hn::And(hn::Set(di, q.signs >> j), bit), zero));
+        store(df, hn::IfThenElse(positive, v, hn::Neg(v)), y + j);
+    }
+}
+
+template <class Out>
+HWY_INLINE void put8(const Iq1Group& q, Out* y) {
+    const D8 df;
+    const hn::RebindToSigned<D8> di;
+    const hn::Rebind<int8_t, D8> d8;
+    const int N = static_cast<int>(hn::Lanes(df));
+    const auto dl = hn::Set(df, q.dl), delta = hn::Set(df, q.delta);
+    for (int j = 0; j < 8; j += N)
+        store(df,
+              hn::Mul(dl, hn::Add(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, q.levels + j))), delta)),
+              y + j);
+}
+
+template <class Block, class Out, class Group>
+void grid(const void* p, Out* y, int64_t nb, Group group) {
+    const auto* b = static_cast<const Block*>(p);
+    for (int64_t i = 0; i < nb; ++i)
+        for (int g = 0; g < 32; ++g, y += 8) put8(group(b[i], g), y);
+}
+
 template <class Out>
 void blocks(DequantType t, const void* p, int64_t nb, Out* y) {
     switch (t) {
@@ -140,6 +272,28 @@ void blocks(DequantType t, const void* p, int64_t nb, Out* y) {
             return qk_minmax<5>(static_cast<const BlockQ5_K*>(p), y, nb);
         case DequantType::Q6_K:
             return q6_k(static_cast<const BlockQ6_K*>(p), y, nb);
+        case DequantType::Q2_K:
+            return q2_k(static_cast<const BlockQ2_K*>(p), y, nb);
+        case DequantType::Q3_K:
+            return q3_k(static_cast<const BlockQ3_K*>(p), y, nb);
+        case DequantType::IQ4_NL:
+            return iq4_nl(static_cast<const BlockIQ4_NL*>(p), y, nb);
+        case DequantType::IQ4_XS:
+            return iq4_xs(static_cast<const BlockIQ4_XS*>(p), y, nb);
+        case DequantType::IQ2_XXS:
+            return grid<BlockIQ2_XXS>(p, y, nb, iq2_xxs_group);
+        case DequantType::IQ2_XS:
+            return grid<BlockIQ2_XS>(p, y, nb, iq2_xs_group);
+        case DequantType::IQ2_S:
+            return grid<BlockIQ2_S>(p, y, nb, iq2_s_group);
+        case DequantType::IQ3_XXS:
+            return grid<BlockIQ3_XXS>(p, y, nb, iq3_xxs_group);
+        case DequantType::IQ3_S:
+            return grid<BlockIQ3_S>(p, y, nb, iq3_s_group);
+        case DequantType::IQ1_S:
+            return grid<BlockIQ1_S>(p, y, nb, iq1_s_group);
+        case DequantType::IQ1_M:
+            return grid<BlockIQ1_M>(p, y, nb, iq1_m_group);
     }
 }
 

@@ -51,7 +51,7 @@ struct BlockQ6_K {
     int8_t scales[16];
     uint16_t d;
 };
-// The low-bit types clef reads (scalar dequantisation only, quant/dequant_lowbit.cpp). d fields are fp16.
+// The low-bit types (scalar references in quant/dequant_lowbit.cpp). d fields are fp16.
 struct BlockQ2_K {
     uint8_t scales[16];  // 4-bit scale (low nibble) and 4-bit min (high nibble) of each 16-value sub-block
     uint8_t qs[64];      // 2-bit quants
@@ -131,11 +131,27 @@ inline void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
     }
 }
 
-// Vector dequantisers (Highway, dispatched per CPU target) for the types the GGUF files we meet use most:
-// nb blocks (Q8_0: 32 values, K types: 256) into fp32 or bf16 (round to nearest even, NaN kept).
-// Bit-identical to quant/quant.cpp's scalar loops (the same operations in the same order, no fused
-// multiply-adds).
-enum class DequantType { Q8_0, Q4_K, Q5_K, Q6_K };
+// Vector dequantisers (Highway, dispatched per CPU target) for the types of the GGUF files we meet: nb blocks
+// (Q8_0, IQ4_NL: 32 values, the others 256) into fp32 or bf16 (round to nearest even, NaN kept).
+// Bit-identical to the scalar loops of quant/quant.cpp and quant/dequant_lowbit.cpp (the same operations in
+// the same order, no fused multiply-adds).
+enum class DequantType {
+    Q8_0,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+    Q2_K,
+    Q3_K,
+    IQ4_NL,
+    IQ4_XS,
+    IQ2_XXS,
+    IQ2_XS,
+    IQ2_S,
+    IQ3_XXS,
+    IQ3_S,
+    IQ1_S,
+    IQ1_M
+};
 void dequant_blocks(DequantType t, const void* blocks, int64_t nb, float* out);
 void dequant_blocks(DequantType t, const void* blocks, int64_t nb, uint16_t* bf16_out);
 

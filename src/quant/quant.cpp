@@ -168,22 +168,59 @@ bool g_simd = true;
 // Dequantises n values with the vector kernels; false when the type has none or SIMD is off.
 template <class Out>
 bool simd_row(GgmlType type, const unsigned char* p, Out* y, int64_t n) {
+    using DT = ops::DequantType;
     if (!g_simd) return false;
+    DT t;
     switch (type) {
         case GgmlType::Q8_0:
-            ops::dequant_blocks(ops::DequantType::Q8_0, p, n / kQK, y);
-            return true;
+            t = DT::Q8_0;
+            break;
         case GgmlType::Q4_K:
-            ops::dequant_blocks(ops::DequantType::Q4_K, p, n / kQKK, y);
-            return true;
+            t = DT::Q4_K;
+            break;
         case GgmlType::Q5_K:
-            ops::dequant_blocks(ops::DequantType::Q5_K, p, n / kQKK, y);
-            return true;
+            t = DT::Q5_K;
+            break;
         case GgmlType::Q6_K:
-            ops::dequant_blocks(ops::DequantType::Q6_K, p, n / kQKK, y);
-            return true;
+            t = DT::Q6_K;
+            break;
+        case GgmlType::Q2_K:
+            t = DT::Q2_K;
+            break;
+        case GgmlType::Q3_K:
+            t = DT::Q3_K;
+            break;
+        case GgmlType::IQ4_NL:
+            t = DT::IQ4_NL;
+            break;
+        case GgmlType::IQ4_XS:
+            t = DT::IQ4_XS;
+            break;
+        case GgmlType::IQ2_XXS:
+            t = DT::IQ2_XXS;
+            break;
+        case GgmlType::IQ2_XS:
+            t = DT::IQ2_XS;
+            break;
+        case GgmlType::IQ2_S:
+            t = DT::IQ2_S;
+            break;
+        case GgmlType::IQ3_XXS:
+            t = DT::IQ3_XXS;
+            break;
+        case GgmlType::IQ3_S:
+            t = DT::IQ3_S;
+            break;
+        case GgmlType::IQ1_S:
+            t = DT::IQ1_S;
+            break;
+        case GgmlType::IQ1_M:
+            t = DT::IQ1_M;
+            break;
         default: return false;
     }
+    ops::dequant_blocks(t, p, n / ggml_type_traits(static_cast<uint32_t>(type)).block_size, y);
+    return true;
 }
 
 void check_n(GgmlType type, int64_t n) {
@@ -701,6 +738,26 @@ RowQuantiser quantiser_of(GgmlType type) {
         case GgmlType::IQ4_XS:
             return [](const float* x, const float* w, unsigned char* p, int64_t n) {
                 quant_iq4_xs(x, w, p, n / kQKK);
+            };
+        case GgmlType::IQ2_XXS:
+            return [](const float* x, const float* w, unsigned char* p, int64_t n) {
+                quant_detail::quant_iq2_xxs(x, w, p, n / kQKK);
+            };
+        case GgmlType::IQ2_XS:
+            return [](const float* x, const float* w, unsigned char* p, int64_t n) {
+                quant_detail::quant_iq2_xs(x, w, p, n / kQKK);
+            };
+        case GgmlType::IQ2_S:
+            return [](const float* x, const float* w, unsigned char* p, int64_t n) {
+                quant_detail::quant_iq2_s(x, w, p, n / kQKK);
+            };
+        case GgmlType::IQ3_XXS:
+            return [](const float* x, const float* w, unsigned char* p, int64_t n) {
+                quant_detail::quant_iq3_xxs(x, w, p, n / kQKK);
+            };
+        case GgmlType::IQ3_S:
+            return [](const float* x, const float* w, unsigned char* p, int64_t n) {
+                quant_detail::quant_iq3_s(x, w, p, n / kQKK);
             };
         default:
             return nullptr;

@@ -24,8 +24,9 @@
 // In the 32-blocks value j < 16 is the low nibble of qs[j], value j + 16 its high nibble (qh bit j / j + 16).
 // In the K blocks, each 64-value group g uses the low nibbles of qs[32g..32g+31] for its first 32 values and
 // the high nibbles for the next 32 (Q5_K: qh bit 2g / 2g + 1); Q6_K works on 128-value halves (see
-// quant.cpp). The i-quants (IQ*) index lookup tables of 4 or 8 values (ops/iq_tables.h); Q2_K, Q3_K and the
-// IQ types are read only (scalar dequantisation, quant/dequant_lowbit.cpp).
+// quant.cpp). The i-quants (IQ*) index lookup tables of 4 or 8 values (ops/iq_tables.h). Scalar references of
+// Q2_K, Q3_K and the IQ types: quant/dequant_lowbit.cpp; their quantisers: quant/quant_lowbit.h (all but
+// IQ1_S and IQ1_M, which clef reads only).
 #pragma once
 
 #include <cstddef>

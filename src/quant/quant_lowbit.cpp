@@ -22,14 +22,6 @@ int nearest_int(float v) {
     return static_cast<int>(std::lrintf(v));
 }
 
-// Weights of n values: importance * sqrt(mean square + x^2) (importance 1 without a matrix).
-void value_weights(const float* x, const float* importance, int n, float* w) {
-    double ss = 0;
-    for (int j = 0; j < n; ++j) ss += static_cast<double>(x[j]) * x[j];
-    const float ms = static_cast<float>(ss / n);
-    for (int j = 0; j < n; ++j) w[j] = (importance ? importance[j] : 1.f) * std::sqrt(ms + x[j] * x[j]);
-}
-
 // The value of largest magnitude of n values (its sign kept); 0 for an all-zero (or non-finite) block.
 float signed_max(const float* x, int n) {
     float amax = 0, vmax = 0;
@@ -137,6 +129,13 @@ void iq4_nibbles(const float* x, float dl, uint8_t* q) {
 }
 
 }  // namespace
+
+void value_weights(const float* x, const float* importance, int n, float* w) {
+    double ss = 0;
+    for (int j = 0; j < n; ++j) ss += static_cast<double>(x[j]) * x[j];
+    const float ms = static_cast<float>(ss / n);
+    for (int j = 0; j < n; ++j) w[j] = (importance ? importance[j] : 1.f) * std::sqrt(ms + x[j] * x[j]);
+}
 
 // Q2_K: 16 sub-blocks of 16 (sub-block k holds values 16k..16k+15; its 2-bit levels sit in
 // qs[32h + 16p + l] at bits 2s, k = 8h + 2s + p), 4-bit scale and min per sub-block, fp16 d and dmin.

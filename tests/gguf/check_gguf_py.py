@@ -8,6 +8,11 @@
   check_gguf_py.py types FILE.gguf TYPE=COUNT ...
       gguf-py reads FILE.gguf (header, metadata, every tensor's data and shape) and the file holds COUNT tensors
       of each ggml TYPE named (llama.cpp's names: F32, Q8_0, Q4_K, IQ2_XXS, ...), and no others.
+  check_gguf_py.py imatrix FILE.gguf OUT.dat
+      Writes an importance matrix in llama.cpp's legacy format (llama-imatrix's .dat: i32 entry count; per
+      entry i32 name length, name, i32 ncall, i32 nval, f32 values; i32 chunk count, dataset name) with a
+      positive weight per column of every matrix of FILE.gguf, so `clef convert --imatrix` can write the
+      types that need one.
 
 Run with PYTHONPATH pointing at llama.cpp's gguf-py (tests/gguf/run_gguf_py_check.sh fetches it).
 Exit status 1 on the first difference, with a line saying what differs.
@@ -63,6 +68,20 @@ def dequant(quant_path, f32_path):
     print("ok:", quant_path, " ".join(f"{k}={v}" for k, v in sorted(types.items())))
 
 
+def imatrix(path, out):
+    entries = [(t.name, int(t.shape[0])) for t in GGUFReader(path).tensors if len(t.shape) == 2]
+    with open(out, "wb") as f:
+        f.write(np.int32(len(entries)).tobytes())
+        for k, (name, cols) in enumerate(entries):
+            f.write(np.int32(len(name)).tobytes() + name.encode())
+            ncall = 4  # values are stored times ncall
+            values = 0.25 + ((np.arange(cols) * 7 + k) % 13).astype(np.float32) / 4
+            f.write(np.int32(ncall).tobytes() + np.int32(cols).tobytes())
+            f.write((values * ncall).astype(np.float32).tobytes())
+        f.write(np.int32(1).tobytes() + np.int32(4).tobytes() + b"test")
+    print("ok:", out, len(entries), "entries")
+
+
 def types(path, expected):
     r = GGUFReader(path)
     counts = {}
@@ -84,6 +103,8 @@ def types(path, expected):
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "dequant":
         dequant(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 4 and sys.argv[1] == "imatrix":
+        imatrix(sys.argv[2], sys.argv[3])
     elif len(sys.argv) >= 3 and sys.argv[1] == "types":
         types(sys.argv[2], sys.argv[3:])
     else:

@@ -2,8 +2,9 @@
 # GGUF interop with llama.cpp's own reader and dequantisers (gguf-py, numpy; tests/gguf/check_gguf_py.py):
 #   1. tests/data/gguf/ggml-blocks.gguf (every block type, written by llama.cpp's quantisers:
 #      tests/gguf/make_ggml_blocks.c) -> `clef convert --type f32` equals gguf-py's dequantisation bit for bit;
-#   2. that file requantised by clef, and the tiny fixture converted by clef, to every type clef writes: gguf-py
-#      reads each file, and its f32 upcast (GGUF -> GGUF) equals gguf-py's dequantisation bit for bit;
+#   2. that file requantised by clef, and the tiny fixture converted by clef, to every file type clef writes
+#      (with an importance matrix from check_gguf_py.py, which the IQ2 types need): gguf-py reads each file,
+#      and its f32 upcast (GGUF -> GGUF) equals gguf-py's dequantisation bit for bit;
 #   3. the same for the fixture's vision tower written as a q8_0 mmproj (`clef convert --mmproj`).
 # gguf-py comes from the llama.cpp source in the npm package node-llama-cpp (pinned), fetched once per build tree;
 # numpy is Debian's python3-numpy (scripts/setup).
@@ -27,12 +28,17 @@ trap 'rm -rf "$out"' EXIT
 "$clef" convert --model "$data/ggml-blocks.gguf" --out "$out/blocks-f32.gguf" --type f32 >/dev/null
 "$py" "$here/check_gguf_py.py" dequant "$data/ggml-blocks.gguf" "$out/blocks-f32.gguf"
 
-for type in f16 bf16 q8_0 q6_k q5_k_m q4_k_m q4_0 iq4_xs iq4_nl q3_k_m q2_k; do
-  # the blocks file requantised by clef (its 512-wide rows take the K types the tiny model's rows cannot)
-  "$clef" convert --model "$data/ggml-blocks.gguf" --out "$out/blocks-$type.gguf" --type "$type" >/dev/null
+"$clef" convert --model "$model" --out "$out/tiny-bf16-src.gguf" --type bf16 >/dev/null
+"$py" "$here/check_gguf_py.py" imatrix "$data/ggml-blocks.gguf" "$out/blocks.imatrix"
+"$py" "$here/check_gguf_py.py" imatrix "$out/tiny-bf16-src.gguf" "$out/tiny.imatrix"
+for type in f16 bf16 q8_0 q6_k q5_k_m q4_k_m q4_0 iq4_xs iq4_nl q3_k_m q2_k \
+    iq3_m iq3_s iq3_xs iq3_xxs iq2_m iq2_s iq2_xs iq2_xxs; do
+  # the blocks file requantised by clef (its 512-wide rows take the K and IQ types the tiny model's rows cannot)
+  "$clef" convert --model "$data/ggml-blocks.gguf" --out "$out/blocks-$type.gguf" --type "$type" \
+    --imatrix "$out/blocks.imatrix" >/dev/null
   "$clef" convert --model "$out/blocks-$type.gguf" --out "$out/blocks-$type-f32.gguf" --type f32 >/dev/null
   "$py" "$here/check_gguf_py.py" dequant "$out/blocks-$type.gguf" "$out/blocks-$type-f32.gguf"
-  "$clef" convert --model "$model" --out "$out/tiny-$type.gguf" --type "$type" >/dev/null
+  "$clef" convert --model "$model" --out "$out/tiny-$type.gguf" --type "$type" --imatrix "$out/tiny.imatrix" >/dev/null
   "$clef" convert --model "$out/tiny-$type.gguf" --out "$out/tiny-$type-f32.gguf" --type f32 >/dev/null
   "$py" "$here/check_gguf_py.py" dequant "$out/tiny-$type.gguf" "$out/tiny-$type-f32.gguf"
 done
