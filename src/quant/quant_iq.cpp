@@ -81,11 +81,11 @@ public:
 private:
     int levels() const { return static_cast<int>(levels_.size()); }
 
-    // The index of the level nearest to v (the last for NaN).
+    // The index of the level nearest to v (0 for NaN), without branches on v.
     int level_of(float v) const {
-        for (size_t k = 0; k < mids_.size(); ++k)
-            if (v < mids_[k]) return static_cast<int>(k);
-        return levels() - 1;
+        int l = 0;
+        for (float m : mids_) l += v >= m;
+        return l;
     }
 
     // map_: every lattice point -> its entry, or -(1 + offset) of its kNeighbours nearest entries in near_.
@@ -181,15 +181,15 @@ float assign(const GridSearch& gs, const float* t, const float* w, int n, float 
 }
 
 // The scale (>= 0) of n targets: candidates put the largest target at the top level times a factor in
-// [0.75, 1.25], each assigned and refitted; the best is then refitted twice more.
+// [0.76, 1.24], each assigned and refitted; the best is then refitted twice more.
 float fit_scale(const GridSearch& gs, const float* t, const float* w, int n) {
     float tmax = 0;
     for (int j = 0; j < n; ++j) tmax = std::max(tmax, t[j]);
     if (!(tmax > 1e-30f) || !std::isfinite(tmax)) return 0;
     uint16_t idx[32];
     float best = 0, best_gain = 0, refit = 0;
-    for (int k = -10; k <= 10; ++k) {
-        const float s = tmax / (gs.top() * (1.f + 0.025f * static_cast<float>(k)));
+    for (int k = -6; k <= 6; ++k) {
+        const float s = tmax / (gs.top() * (1.f + 0.04f * static_cast<float>(k)));
         const float gain = assign(gs, t, w, n, s, idx, refit);
         if (gain > best_gain && refit > 0) best_gain = gain, best = refit;
     }

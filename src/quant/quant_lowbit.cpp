@@ -1,6 +1,7 @@
 #include "quant/quant_lowbit.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -92,17 +93,17 @@ void fit_with_min(const float* x, const float* w, int n, int nmax, float& s_out,
     }
 }
 
-// The index of the IQ4 level nearest to v (the table is sorted).
+// The index of the IQ4 level nearest to v, the lower one on a tie (0 for NaN): the count of midpoints between
+// neighbouring levels below v, without branches on v.
 int nearest_iq4(float v) {
-    const int8_t* t = kIq4nlValues;
-    if (!(v > t[0])) return 0;  // NaN too
-    if (v >= t[15]) return 15;
-    int lo = 0, hi = 15;  // t[lo] < v < t[hi]: bisect to neighbours
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        (v < t[mid] ? hi : lo) = mid;
-    }
-    return v - t[lo] <= t[hi] - v ? lo : hi;
+    static const auto mids = [] {
+        std::array<float, 15> m{};
+        for (int k = 0; k < 15; ++k) m[k] = 0.5f * static_cast<float>(kIq4nlValues[k] + kIq4nlValues[k + 1]);
+        return m;
+    }();
+    int l = 0;
+    for (float m : mids) l += v > m;
+    return l;
 }
 
 // Scale d for x ~ d * kIq4nlValues[L]: candidates map the value of largest magnitude near either end of the
