@@ -315,7 +315,21 @@ ModelInfo compute_model_info(const ModelDir& dir, const ModelDirConfig& config, 
 
 namespace {
 
-ModelInfo compute_gguf_model_info(const std::string& path) {
+// A qwen35 file's head files (joint_head.safetensors + joint_head_config.json) in head_dir, or beside the
+// file when head_dir is empty (as the loader finds them); nothing when they are not there.
+struct HeadFiles {
+    std::string weights, config;
+};
+std::optional<HeadFiles> gguf_head_files(const std::string& path, const std::string& head_dir) {
+    const fs::path dir = !head_dir.empty()                      ? fs::path(head_dir)
+                         : fs::path(path).parent_path().empty() ? fs::path(".")
+                                                                : fs::path(path).parent_path();
+    HeadFiles h{(dir / "joint_head.safetensors").string(), (dir / "joint_head_config.json").string()};
+    if (!fs::exists(h.weights) || !fs::exists(h.config)) return std::nullopt;
+    return h;
+}
+
+ModelInfo compute_gguf_model_info(const std::string& path, const std::string& head_dir) {
     const GgufFile f = GgufFile::open(path);
     GgufModelConfig mc = read_gguf_model_config(f);
     ModelInfo info;
@@ -336,25 +350,19 @@ ModelInfo compute_gguf_model_info(const std::string& path) {
         g.quantization_version = f.get_int("general.quantization_version");
     if (f.contains(g.arch + ".context_length")) g.context_length = f.get_int(g.arch + ".context_length");
 
-    // A qwen35 file's head: joint_head.safetensors + joint_head_config.json beside it (as the loader finds
-    // it).
+    // A qwen35 file's head: joint_head.safetensors + joint_head_config.json from head_dir or beside it.
     std::optional<SafetensorsFile> head_file;
     if (info.head) {
         g.head_source = "in the file";
+    } else if (const std::optional<HeadFiles> h = gguf_head_files(path, head_dir)) {
+        info.head = load_head_config(h->config);
+        head_file = SafetensorsFile::open(h->weights);
+        info.dir.head_weights_path = h->weights;
+        info.dir.head_config_path = h->config;
+        g.head_source = head_dir.empty() ? "joint_head.safetensors beside the file"
+                                         : "joint_head.safetensors in " + head_dir;
     } else {
-        const fs::path dir =
-            fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
-        const std::string hw = (dir / "joint_head.safetensors").string(),
-                          hc = (dir / "joint_head_config.json").string();
-        if (fs::exists(hw) && fs::exists(hc)) {
-            info.head = load_head_config(hc);
-            head_file = SafetensorsFile::open(hw);
-            info.dir.head_weights_path = hw;
-            info.dir.head_config_path = hc;
-            g.head_source = "joint_head.safetensors beside the file";
-        } else {
-            g.head_source = "none";
-        }
+        g.head_source = "none";
     }
     info.dir.backbone_only = !info.head;
     info.layer_pattern = describe_layer_pattern(text.layer_types);
@@ -401,8 +409,8 @@ ModelInfo compute_gguf_model_info(const std::string& path) {
 
 }  // namespace
 
-ModelInfo compute_model_info(const std::string& model_dir) {
-    if (is_gguf_file(model_dir)) return compute_gguf_model_info(model_dir);
+ModelInfo compute_model_info(const std::string& model_dir, const std::string& head_dir) {
+    if (is_gguf_file(model_dir)) return compute_gguf_model_info(model_dir, head_dir);
     ModelDir dir = locate_model_dir(model_dir);
     ModelDirConfig config = load_model_dir_config(dir);
     Checkpoint backbone = Checkpoint::open(dir.weights_path);
@@ -709,6 +717,163 @@ nlohmann::json model_info_to_json(const ModelInfo& info) {
     j["files"] = files_json(info);
     j["warnings"] = info.warnings;
     return j;
+}
+
+namespace {
+
+StoredTensor::Kind stored_kind(DType t) {
+    using K = StoredTensor::Kind;
+    return t == DType::BF16 ? K::BF16 : t == DType::F16 ? K::F16 : t == DType::F64 ? K::F64 : K::F32;
+}
+
+StoredTensor::Kind stored_kind_ggml(uint32_t type) {
+    using K = StoredTensor::Kind;
+    if (ggml_type_traits(type).block_size > 1) return K::Blocks;
+    const auto t = static_cast<GgmlType>(type);
+    return t == GgmlType::BF16 ? K::BF16 : t == GgmlType::F16 ? K::F16 : K::F32;
+}
+
+// A loaded tokenizer's memory, measured with `clef tokenize`: tests/data/tokenizer/qwen3/tokenizer.json (11.4
+// MB, 151,643 tokens + 151,387 merges) peaks 55 MB above the runtime, a GGUF with 248,320 tokens 44 MB: ~180
+// bytes per token or merge, ~5 bytes per byte of tokenizer.json.
+constexpr uint64_t kTokenizerPerEntry = 180, kTokenizerPerJsonByte = 5;
+
+MemoryPlan directory_memory_plan(const std::string& path, const MemoryPlanInput& in) {
+    const ModelDir dir = locate_model_dir(path);
+    const ModelDirConfig config = load_model_dir_config(dir);
+    const Checkpoint ck = Checkpoint::open(dir.weights_path);
+    const std::string prefix = detect_text_prefix(ck);
+    auto stored = [&ck](const std::string& name) -> std::optional<StoredTensor> {
+        const TensorView* t = ck.find(name);
+        if (!t) return std::nullopt;
+        return StoredTensor{stored_kind(t->dtype), t->nbytes, false};
+    };
+    ModelSources src;
+    src.text = [&](const TensorSpec& s) { return stored(text_name(s, prefix)); };
+    src.vision = [&](const TensorSpec& s) { return stored(s.hf); };
+    // The head file is mapped and read whole while the head converts it (decision/engine.cpp Engine::load).
+    src.head_source_bytes = dir.backbone_only ? 0 : file_bytes(dir.head_weights_path);
+    src.tokenizer_bytes = kTokenizerPerJsonByte * file_bytes(dir.tokenizer_path);
+    return plan_memory(config.model, config.head ? &*config.head : nullptr, src, in);
+}
+
+MemoryPlan gguf_memory_plan(const std::string& path, const std::string& head_dir, const MemoryPlanInput& in) {
+    const GgufFile f = GgufFile::open(path);
+    const GgufModelConfig mc = read_gguf_model_config(f);
+    ModelSources src;
+    src.text = [&f](const TensorSpec& s) -> std::optional<StoredTensor> {
+        const GgufTensorInfo* t = f.find_tensor(s.gguf);
+        if (!t) return std::nullopt;
+        return StoredTensor{stored_kind_ggml(t->ggml_type), t->nbytes, true};
+    };
+    for (const char* key : {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"})
+        if (f.contains(key)) src.tokenizer_bytes += kTokenizerPerEntry * f.get_string_array(key).size();
+    std::optional<HeadConfig> head = mc.head_config;
+    uint64_t& head_source = src.head_source_bytes;
+    if (head) {  // the file's head tensors, read from the mapping into fp32 (model/gguf_model.cpp)
+        std::map<std::string, uint64_t> bytes;
+        for_each_head_tensor(*head, [&](const TensorSpec& s) {
+            if (const GgufTensorInfo* t = f.find_tensor(s.gguf)) bytes[s.gguf] = t->nbytes;
+        });
+        head_source = static_cast<uint64_t>(head_params(*head)) * 4;
+        for (const auto& [name, n] : bytes) head_source += n;
+    } else if (const std::optional<HeadFiles> h = gguf_head_files(path, head_dir)) {
+        head = load_head_config(h->config);
+        head_source = file_bytes(h->weights);
+    }
+    return plan_memory(mc.config, head ? &*head : nullptr, src, in);
+}
+
+double mib(uint64_t bytes) {
+    return static_cast<double>(bytes) / (1 << 20);
+}
+
+}  // namespace
+
+MemoryPlan compute_memory_plan(const std::string& model, const std::string& head_dir,
+                               const MemoryPlanInput& in) {
+    return is_gguf_file(model) ? gguf_memory_plan(model, head_dir, in) : directory_memory_plan(model, in);
+}
+
+std::string format_memory_plan(const MemoryPlan& p) {
+    const MemoryPlanInput& in = p.input;
+    const WeightMemory& w = p.weights;
+    const DecisionMemory& d = p.decision;
+    std::ostringstream o;
+    auto row = [&o](std::string_view label, uint64_t bytes, std::string_view what) {
+        o << fmt::format("  {:<24}{:>12.1f} MiB  {}\n", label, mib(bytes), what);
+    };
+    o << fmt::format("memory plan for {} tokens (MiB = 2^20 bytes)\n", with_thousands(in.tokens));
+    o << fmt::format(
+        "  {:<24}chunk {} tokens, {} questions, {} options ({} option tokens), {} schema tokens, "
+        "state cache {}\n",
+        "assumes", with_thousands(d.chunk), in.questions, in.options, in.option_tokens, in.schema_tokens,
+        in.cache_bytes ? fmt::format("on ({:.0f} MiB budget)", mib(in.cache_bytes)) : "off");
+    row("weights mapped", w.mapped,
+        w.streamed ? "projections streamed from the file" : "projections in place");
+    row("weights packed", w.packed, "projections packed in memory");
+    row("weights vectors", w.vectors, "norms, conv taps, decays (fp32)");
+    row("embedding rows", w.embedding_rows, "table rows read for the tokens and option tokens (at most)");
+    row("joint head", w.head, "fp32 panels and k/v rows");
+    if (w.vision) row("vision tower", w.vision, "packed");
+    row("tokenizer", w.tokenizer, "vocabulary and merges (estimated from the file)");
+    row("runtime", w.runtime, "the binary and its libraries");
+    row("weights total", w.total(), "");
+    row("K/V cache", d.kv_cache, "full-attention K and V, fp32, N rows");
+    row("recurrent states", d.recurrent, "GDN conv taps and delta-rule states");
+    row("chunk buffers", d.chunk_buffers, "input, residual, norms, mixer output, RoPE tables of one chunk");
+    row("layer scratch", d.layer_scratch, "the largest layer's buffers (attention: + K/V copy of N rows)");
+    row("gemm scratch", d.gemm_scratch, "per-thread GEMM buffers");
+    row("head features", d.head_features, "memory rows [N][width], span sums and means");
+    row("head scratch", d.head_scratch, "normalised memory, attention scores over N rows");
+    row("state cache", d.state_cache, "this prompt's snapshots (capped by the budget)");
+    row("prompt", d.prompt, "token ids and copies");
+    row("heap retained", d.heap_retained, "freed heap blocks kept at the peak");
+    row("decision peak", d.peak, "the largest total over the prefill and head phases");
+    row("load peak", p.load_peak(), "weights + the head's source while it loads");
+    row("total peak", p.peak(), "weights + decision peak, or the load peak");
+    return o.str();
+}
+
+nlohmann::json memory_plan_to_json(const MemoryPlan& p) {
+    const MemoryPlanInput& in = p.input;
+    const WeightMemory& w = p.weights;
+    const DecisionMemory& d = p.decision;
+    return {{"tokens", in.tokens},
+            {"chunk", d.chunk},
+            {"assumptions",
+             {{"schema_tokens", in.schema_tokens},
+              {"questions", in.questions},
+              {"options", in.options},
+              {"option_tokens", in.option_tokens},
+              {"state_cache_bytes", in.cache_bytes},
+              {"unpack_quantised", in.unpack_quantised}}},
+            {"weights",
+             {{"mapped", w.mapped},
+              {"packed", w.packed},
+              {"vectors", w.vectors},
+              {"embedding_rows", w.embedding_rows},
+              {"head", w.head},
+              {"vision", w.vision},
+              {"tokenizer", w.tokenizer},
+              {"runtime", w.runtime},
+              {"load_transient", w.load_transient},
+              {"streamed", w.streamed},
+              {"total", w.total()}}},
+            {"decision",
+             {{"kv_cache", d.kv_cache},
+              {"recurrent", d.recurrent},
+              {"chunk_buffers", d.chunk_buffers},
+              {"layer_scratch", d.layer_scratch},
+              {"gemm_scratch", d.gemm_scratch},
+              {"head_features", d.head_features},
+              {"head_scratch", d.head_scratch},
+              {"state_cache", d.state_cache},
+              {"prompt", d.prompt},
+              {"heap_retained", d.heap_retained},
+              {"peak", d.peak}}},
+            {"load_peak", p.load_peak()},
+            {"peak", p.peak()}};
 }
 
 }  // namespace clef

@@ -12,6 +12,7 @@
 #include "io/model_dir.h"
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "model/memory_plan.h"
 #include "util/text.h"
 
 namespace clef {
@@ -107,7 +108,8 @@ struct ModelInfo {
 // Locates the directory, loads both configs and the safetensors headers, and summarises them. A GGUF file
 // (recognised by its magic) is summarised from its metadata and tensor infos (no tensor data is read), with
 // the head files beside it for a qwen35 (backbone-only) file.
-ModelInfo compute_model_info(const std::string& model_dir);
+// head_dir: a qwen35 GGUF's head directory (as clef decide --head); "" looks beside the file.
+ModelInfo compute_model_info(const std::string& model_dir, const std::string& head_dir = "");
 // The same from already loaded parts; head_weights is null for a backbone-only model.
 ModelInfo compute_model_info(const ModelDir& dir, const ModelDirConfig& config, const Checkpoint& backbone,
                              const SafetensorsFile* head_weights);
@@ -116,5 +118,13 @@ ModelInfo compute_model_info(const ModelDir& dir, const ModelDirConfig& config, 
 std::string format_model_info(const ModelInfo& info);
 // A JSON object with the same content (plain integers).
 nlohmann::json model_info_to_json(const ModelInfo& info);
+
+// The memory plan (model/memory_plan.h) of a model directory or GGUF file (head_dir as above), from its
+// configs and the stored types and sizes of its tensors (no tensor data is read).
+MemoryPlan compute_memory_plan(const std::string& model, const std::string& head_dir,
+                               const MemoryPlanInput& in);
+// The plan as a text section (MiB, with what each part is) and as a JSON object (bytes).
+std::string format_memory_plan(const MemoryPlan& plan);
+nlohmann::json memory_plan_to_json(const MemoryPlan& plan);
 
 }  // namespace clef
