@@ -668,10 +668,14 @@ namespace {
 // A quantiser of n values (whole blocks) at x into p; importance may be null (quant.h).
 using RowQuantiser = void (*)(const float* x, const float* importance, unsigned char* p, int64_t n);
 
+// A low-bit quantiser (quant_lowbit.h: nb blocks of kBlock values, importance weights) as a RowQuantiser.
+template <void (*Quant)(const float*, const float*, void*, int64_t), int64_t kBlock>
+void low_bit(const float* x, const float* importance, unsigned char* p, int64_t n) {
+    Quant(x, importance, p, n / kBlock);
+}
+
 // The one list of the types clef writes: their quantisers; nullptr for the others.
 RowQuantiser quantiser_of(GgmlType type) {
-    using quant_detail::quant_iq4_nl, quant_detail::quant_iq4_xs, quant_detail::quant_q2_k,
-        quant_detail::quant_q3_k;
     switch (type) {
         case GgmlType::F32:
             return [](const float* x, const float*, unsigned char* p, int64_t n) {
@@ -724,41 +728,23 @@ RowQuantiser quantiser_of(GgmlType type) {
                 quant_q6_k(x, reinterpret_cast<BlockQ6_K*>(p), n / kQKK);
             };
         case GgmlType::Q2_K:
-            return [](const float* x, const float* w, unsigned char* p, int64_t n) {
-                quant_q2_k(x, w, p, n / kQKK);
-            };
+            return low_bit<quant_detail::quant_q2_k, kQKK>;
         case GgmlType::Q3_K:
-            return [](const float* x, const float* w, unsigned char* p, int64_t n) {
-                quant_q3_k(x, w, p, n / kQKK);
-            };
+            return low_bit<quant_detail::quant_q3_k, kQKK>;
         case GgmlType::IQ4_NL:
-            return [](const float* x, const float* w, unsigned char* p, int64_t n) {
-                quant_iq4_nl(x, w, p, n / kQK);
-            };
+            return low_bit<quant_detail::quant_iq4_nl, kQK>;
         case GgmlType::IQ4_XS:
-            return [](const float* x, const float* w, unsigned char* p, int64_t n) {
-                quant_iq4_xs(x, w, p, n / kQKK);
-            };
+            return low_bit<quant_detail::quant_iq4_xs, kQKK>;
         case GgmlType::IQ2_XXS:
-            return [](const float* x, const float* w, unsigned char* p, int64_t n) {
-                quant_detail::quant_iq2_xxs(x, w, p, n / kQKK);
-            };
+            return low_bit<quant_detail::quant_iq2_xxs, kQKK>;
         case GgmlType::IQ2_XS:
-            return [](const float* x, const float* w, unsigned char* p, int64_t n) {
-                quant_detail::quant_iq2_xs(x, w, p, n / kQKK);
-            };
+            return low_bit<quant_detail::quant_iq2_xs, kQKK>;
         case GgmlType::IQ2_S:
-            return [](const float* x, const float* w, unsigned char* p, int64_t n) {
-                quant_detail::quant_iq2_s(x, w, p, n / kQKK);
-            };
+            return low_bit<quant_detail::quant_iq2_s, kQKK>;
         case GgmlType::IQ3_XXS:
-            return [](const float* x, const float* w, unsigned char* p, int64_t n) {
-                quant_detail::quant_iq3_xxs(x, w, p, n / kQKK);
-            };
+            return low_bit<quant_detail::quant_iq3_xxs, kQKK>;
         case GgmlType::IQ3_S:
-            return [](const float* x, const float* w, unsigned char* p, int64_t n) {
-                quant_detail::quant_iq3_s(x, w, p, n / kQKK);
-            };
+            return low_bit<quant_detail::quant_iq3_s, kQKK>;
         default:
             return nullptr;
     }
