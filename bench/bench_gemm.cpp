@@ -247,7 +247,7 @@ void BM_Fused(benchmark::State& st) {
                 break;
             default:
                 (fast ? o::rms_norm_gated_fast : o::rms_norm_gated)(x.data(), z.data(), rows, d, w.data(),
-                                                                    1e-6f, y.data());
+                                                                    1e-6f, y.data(), o::NormGate::Silu);
         }
         benchmark::DoNotOptimize(y.data());
     }

@@ -351,8 +351,8 @@ TEST(ConfigErrors, BadRope) {
     expect_config_error(o, "text_config.rope_scaling.mrope_section", {"sums to 3"});
 
     json y = tiny_config();
-    y["text_config"]["rope_parameters"]["rope_type"] = "yarn";
-    expect_config_error(y, "text_config.rope_parameters.rope_type", {"unsupported rope type 'yarn'"});
+    y["text_config"]["rope_parameters"]["rope_type"] = "ntk";
+    expect_config_error(y, "text_config.rope_parameters.rope_type", {"unsupported rope type 'ntk'"});
     json t = tiny_config();
     t["text_config"]["rope_parameters"]["rope_theta"] = -1;
     expect_config_error(t, "text_config.rope_parameters.rope_theta", {"must be positive"});

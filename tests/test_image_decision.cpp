@@ -31,6 +31,8 @@
 #include "util/json.h"
 
 using namespace clef;
+using clef::testing::expect_media_prompt_matches;
+using clef::testing::ints_of;
 
 namespace {
 
@@ -53,19 +55,6 @@ const Engine& engine() {
 
 std::string name_of(const JsonValue& c) {
     return c.find("name")->as_string();
-}
-
-std::vector<int32_t> ints_of(const JsonValue& arr) {
-    std::vector<int32_t> v;
-    for (const auto& x : arr.items()) {
-        if (x.is_array()) {
-            const auto inner = ints_of(x);
-            v.insert(v.end(), inner.begin(), inner.end());
-        } else {
-            v.push_back(static_cast<int32_t>(x.as_int64()));
-        }
-    }
-    return v;
 }
 
 using clef::testing::expect_json_near;
@@ -96,21 +85,7 @@ TEST(ImageDecision, PromptIdsTypesAndPositionsAreExact) {
         opt.max_length = static_cast<int>(c.find("max_length")->as_int64());
         opt.keep_segments = true;
         const Engine::Prepared p = engine().prepare(req, opt);
-        EXPECT_EQ(p.prompt.input_ids, ints_of(*c.find("input_ids")));
-        EXPECT_EQ(p.prompt.fixed_length, c.find("fixed_length")->as_int64());
-        EXPECT_EQ(p.prompt.state_tokens_total, c.find("state_tokens_total")->as_int64());
-        EXPECT_EQ(p.prompt.state_tokens_kept, c.find("state_tokens_kept")->as_int64());
-        EXPECT_EQ(p.prompt.media_token_offset, c.find("media_token_offset")->as_int64());
-        EXPECT_EQ(p.mm_token_type_ids, ints_of(*c.find("mm_token_type_ids")));
-        EXPECT_EQ(p.position_ids, ints_of(*c.find("position_ids")));
-        EXPECT_EQ(p.rope_delta, c.find("rope_delta")->as_int64());
-        const auto& segs = c.find("segments")->items();
-        ASSERT_EQ(p.prompt.segments.size(), segs.size());
-        for (size_t i = 0; i < segs.size(); ++i) {
-            EXPECT_EQ(p.prompt.segments[i].role, segs[i].find("role")->as_string()) << i;
-            EXPECT_EQ(p.prompt.segments[i].ids, ints_of(*segs[i].find("ids"))) << i;
-            EXPECT_EQ(p.prompt.segments[i].text, segs[i].find("text")->as_string()) << i;
-        }
+        expect_media_prompt_matches(p, c);
         const auto& qs = c.find("questions")->items();
         ASSERT_EQ(p.prompt.questions.size(), qs.size());
         for (size_t i = 0; i < qs.size(); ++i) {
@@ -232,7 +207,7 @@ TEST(ImageDecision, RequestValidationOfImages) {
             "too many images (5)");
     refused(body("[\"R0lGODlhAQABAAAAACw=\"]"), "unsupported image format GIF");
     refused(body("[\"data:image/png;base64,@@@@\"]"), "invalid base64");
-    refused(body("[]", R"(,"videos":["AAAA"])"), "videos are not supported");
+    refused(body("[]", R"(,"videos":["AAAA"])"), "videos[0]: a video must be a list of frames");
     RequestLimits lim;
     lim.images.max_images = 1;
     DecisionRequest r;
@@ -253,7 +228,6 @@ Running& server() {
         ServerOptions o;
         o.model_name = "tiny-clef";
         o.aliases = {"clef-flash"};
-        o.capabilities.push_back("vision");
         return o;
     }());
     return r;

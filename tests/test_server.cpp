@@ -108,8 +108,14 @@ TEST(Server, Models) {
     ASSERT_EQ(models.size(), 2u);
     EXPECT_EQ(models[0].find("name")->as_string(), "tiny-clef");
     EXPECT_TRUE(models[0].find("description")->is_string());
-    EXPECT_TRUE(models[0].find("release_date")->is_string());
-    EXPECT_EQ(models[0].find("context_length")->as_int64(), 16384);
+    EXPECT_TRUE(models[0].find("release_date")->is_string());  // the official SDK's ModelCard needs it
+    // The model's context (config.json) and the prompt budget (ServerOptions::max_tokens) under their own
+    // keys.
+    const JsonValue cfg =
+        parse_json_or_throw(clef::testing::read_file(kModel + "/config.json"), "config.json");
+    EXPECT_EQ(models[0].find("context_length")->as_int64(),
+              cfg.find("text_config")->find("max_position_embeddings")->as_int64());
+    EXPECT_EQ(models[0].find("max_prompt_tokens")->as_int64(), 16384);
     EXPECT_EQ(models[1].find("name")->as_string(), "clef-flash");
 }
 

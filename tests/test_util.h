@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -92,16 +93,28 @@ private:
 };
 
 // tests/data/tiny-clef/cases.json, parsed once per test program.
+// The cases of a fixture directory's cases.json (tiny-clef, tiny-clef27), parsed once per test program.
+inline const JsonValue& cases_in(const std::string& dir) {
+    static std::map<std::string, JsonValue> docs;
+    auto it = docs.find(dir);
+    if (it == docs.end())
+        it =
+            docs.emplace(dir, parse_json_or_throw(read_file(dir + "/cases.json"), dir + "/cases.json")).first;
+    return *it->second.find("cases");
+}
+
+inline const JsonValue& tiny_case_of(const std::string& dir, const std::string& name) {
+    for (const auto& c : cases_in(dir).items())
+        if (c.find("name")->as_string() == name) return c;
+    throw std::runtime_error("no fixture case " + name + " in " + dir);
+}
+
 inline const JsonValue& tiny_cases() {
-    static const JsonValue doc =
-        parse_json_or_throw(read_file(data_path("tiny-clef/cases.json")), "cases.json");
-    return *doc.find("cases");
+    return cases_in(data_path("tiny-clef"));
 }
 
 inline const JsonValue& tiny_case(const std::string& name) {
-    for (const auto& c : tiny_cases().items())
-        if (c.find("name")->as_string() == name) return c;
-    throw std::runtime_error("no fixture case " + name);
+    return tiny_case_of(data_path("tiny-clef"), name);
 }
 
 // tests/data/tiny-clef/image_cases.json, parsed once per test program.
@@ -168,6 +181,15 @@ inline void expect_json_near(const JsonValue& got, const JsonValue& want, double
     } else {
         EXPECT_TRUE(got == want) << path << ": " << write_json(got) << " vs " << write_json(want);
     }
+}
+
+// softmax(l / t) in double, written out (the independent side of the calibration tests).
+inline std::vector<double> softmax_ref(const std::vector<double>& l, double t) {
+    std::vector<double> p;
+    double sum = 0;
+    for (double x : l) sum += std::exp(x / t);
+    for (double x : l) p.push_back(std::exp(x / t) / sum);
+    return p;
 }
 
 // Runs a shell command, returns its stdout; status gets the wait status (use WEXITSTATUS).

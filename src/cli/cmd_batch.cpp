@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -29,14 +30,6 @@ struct BatchArgs {
     LoadArgs load;
     DecisionArgs decision;
 };
-
-std::vector<std::string> read_lines(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) throw Error(path + ": cannot open");
-    std::vector<std::string> lines;
-    for (std::string line; std::getline(f, line);) lines.push_back(line);
-    return lines;
-}
 
 // The complete lines already in `out` (each ends with '\n' and is JSON); the file is cut after them.
 size_t keep_complete_lines(const std::string& path) {
@@ -60,31 +53,34 @@ size_t keep_complete_lines(const std::string& path) {
     return done;
 }
 
-// One line's answer: the response, or the error body the server would send.
-struct LineResult {
-    JsonValue body;
-    bool error = false;
-    int64_t tokens = 0;
-};
+LineResult failed(JsonValue body) {
+    LineResult r;
+    r.body = std::move(body);
+    r.error = true;
+    return r;
+}
 
 LineResult run_line(const Engine& engine, const std::string& line, const DecideOptions& opt) {
     JsonValue body;
     JsonParseError perr;
     if (!parse_json(line, body, perr))
-        return {error_detail("api_usage_error",
-                             "invalid JSON at byte " + std::to_string(perr.offset) + ": " + perr.message),
-                true};
-    DecisionRequest req;
+        return failed(error_detail(
+            "api_usage_error", "invalid JSON at byte " + std::to_string(perr.offset) + ": " + perr.message));
+    LineResult r;
     std::vector<RequestError> errors;
-    if (!parse_request(body, req, errors)) return {request_error_response(errors).second, true};
+    if (!parse_request(body, r.request, errors)) return failed(request_error_response(errors).second);
+    const auto t0 = std::chrono::steady_clock::now();
     try {
-        Decision d = engine.decide(req, opt);
-        return {std::move(d.response), false, static_cast<int64_t>(d.prompt.input_ids.size())};
+        r.decision = engine.decide(r.request, opt);
     } catch (const PromptTooLong& e) {
-        return {error_detail("max_tokens_exceeded", e.what()), true};
+        return failed(error_detail("max_tokens_exceeded", e.what()));
     } catch (const ImageError& e) {
-        return {error_detail("api_usage_error", e.what()), true};
+        return failed(error_detail("api_usage_error", e.what()));
     }
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.body = std::move(r.decision.response);
+    r.tokens = static_cast<int64_t>(r.decision.prompt.input_ids.size());
+    return r;
 }
 
 // The order to run lines in: lines whose request has the same state back to back (first appearance order).
@@ -123,27 +119,14 @@ void run_batch(const BatchArgs& a) {
     std::ofstream out(a.out, std::ios::binary | std::ios::app);
     if (!out) throw Error(a.out + ": cannot open for writing");
 
-    const auto t0 = std::chrono::steady_clock::now();
-    const bool tty = isatty(STDERR_FILENO);
-    std::map<size_t, LineResult> ready;  // finished, waiting for the lines before them
-    size_t next = skipped, done = 0, errors = 0;
+    size_t errors = 0;
     int64_t tokens = 0;
-    for (size_t i : grouped_order(lines, skipped)) {
-        ready[i] = run_line(*engine, lines[i], opt);
-        for (auto it = ready.find(next); it != ready.end(); it = ready.find(next)) {
-            out << write_json(it->second.body) << '\n';
-            errors += it->second.error;
-            tokens += it->second.tokens;
-            ready.erase(it);
-            ++next;
-        }
-        out.flush();
-        ++done;
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (tty) progress(done, lines.size() - skipped, s);
-    }
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (tty) std::fprintf(stderr, "\n");
+    const double s = run_request_lines(*engine, lines, skipped, opt, [&](size_t, LineResult& r) {
+        out << write_json(r.body) << '\n' << std::flush;
+        errors += r.error;
+        tokens += r.tokens;
+    });
+    const size_t done = lines.size() - skipped;
     const StateCacheStats c = engine->state_cache_stats();
     std::fprintf(
         stderr,
@@ -155,6 +138,37 @@ void run_batch(const BatchArgs& a) {
 }
 
 }  // namespace
+
+std::vector<std::string> read_lines(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw Error(path + ": cannot open");
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(f, line);) lines.push_back(line);
+    return lines;
+}
+
+double run_request_lines(const Engine& engine, const std::vector<std::string>& lines, size_t first,
+                         const DecideOptions& opt, const std::function<void(size_t, LineResult&)>& done) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto elapsed = [&t0] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    const bool tty = isatty(STDERR_FILENO);
+    std::map<size_t, LineResult> ready;  // finished, waiting for the lines before them
+    size_t next = first, finished = 0;
+    for (size_t i : grouped_order(lines, first)) {
+        ready[i] = run_line(engine, lines[i], opt);
+        for (auto it = ready.find(next); it != ready.end(); it = ready.find(next)) {
+            done(next, it->second);
+            ready.erase(it);
+            ++next;
+        }
+        ++finished;
+        if (tty) progress(finished, lines.size() - first, elapsed());
+    }
+    if (tty) std::fprintf(stderr, "\n");
+    return elapsed();
+}
 
 void add_batch_command(CLI::App& app) {
     auto args = std::make_shared<BatchArgs>();

@@ -2,7 +2,8 @@
 // line (throughput, backbone GFLOP/s against the measured yardstick of the precision's path, head share, peak
 // RSS, the GEMM plan and the CPU features in use).
 // With --image WxH it times the image path instead: one synthetic picture through the image processor and
-// the vision tower + merger (docs/PERFORMANCE.md "Vision tower").
+// the vision tower + merger (docs/PERFORMANCE.md "Vision tower"); with --video FRAMESxWxH the video path
+// (docs/MEDIA.md "Performance").
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -18,6 +19,7 @@
 #include "decision/engine.h"
 #include "image/preprocess.h"
 #include "image/synthetic.h"
+#include "image/video.h"
 #include "io/model_dir.h"
 #include "model/backbone.h"
 #include "model/vision.h"
@@ -45,6 +47,7 @@ struct BenchArgs {
     bool reference = false;
     bool profile = false;
     std::string image;  // "WxH": time the vision tower on a synthetic image instead of decisions
+    std::string video;  // "FRAMESxWxH": time the video processor and the tower on synthetic frames
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -188,42 +191,68 @@ std::pair<int, int> parse_image_size(const std::string& s) {
     return {w, h};
 }
 
-// --image: one synthetic picture through the model's image processor (smart resize, bicubic, normalisation,
-// patches) and the vision tower + merger, `repeat` times after `warmup`; the engine's tower (the fast path),
-// or with --reference a tower loaded on the scalar reference path.
-void run_image_bench(const BenchArgs& a) {
-    const auto [width, height] = parse_image_size(a.image);
+// "FRAMESxWxH" (e.g. 16x448x448) -> frames, width, height; clef::Error otherwise.
+struct VideoSize {
+    int frames = 0, width = 0, height = 0;
+};
+VideoSize parse_video_size(const std::string& s) {
+    VideoSize v;
+    int end = 0;
+    if (std::sscanf(s.c_str(), "%dx%dx%d%n", &v.frames, &v.width, &v.height, &end) != 3 ||
+        end != static_cast<int>(s.size()) || v.frames < 1 || v.frames > 4096 || v.width < 1 || v.height < 1 ||
+        v.width > 65536 || v.height > 65536)
+        throw Error(
+            "--video: expected FRAMESxWIDTHxHEIGHT with 1 to 4096 frames and sides in [1, 65536] (e.g. "
+            "16x448x448), got '" +
+            s + "'");
+    return v;
+}
+
+// The tower a media bench times: the engine's (the fast path), or with --reference one loaded on the scalar
+// reference path.
+struct BenchTower {
+    std::unique_ptr<Engine> engine;
+    std::unique_ptr<VisionTower> reference;
+    double load_s = 0;
+    const VisionTower& tower() const { return reference ? *reference : *engine->vision(); }
+};
+
+BenchTower load_bench_tower(const BenchArgs& a, const char* flag) {
     if (a.repeat <= 0) throw Error("--repeat must be positive");
     if (a.warmup < 0) throw Error("--warmup must be >= 0");
     ops::Precision precision;
     if (!parse_precision(a.precision, precision))
         throw Error("--precision: expected exact or bf16, got '" + a.precision + "'");
     if (precision != ops::Precision::Exact)
-        throw Error("--image: the vision tower runs in exact precision only (no --precision bf16)");
+        throw Error(std::string(flag) +
+                    ": the vision tower runs in exact precision only (no --precision bf16)");
     if (a.threads > 0) ops::set_num_threads(a.threads);
-
     const auto tl = Clock::now();
-    std::unique_ptr<Engine> engine = Engine::load(a.model, a.load.head, a.load.options());
-    if (!engine->vision()) throw Error(a.model + ": the model has no vision tower (--image needs one)");
-    std::unique_ptr<VisionTower> reference;
+    BenchTower b;
+    b.engine = Engine::load(a.model, a.load.head, a.load.options());
+    if (!b.engine->vision())
+        throw Error(a.model + ": the model has no vision tower (" + std::string(flag) + " needs one)");
     if (a.reference)
-        reference = std::make_unique<VisionTower>(*engine->config().vision,
-                                                  Checkpoint::open(locate_model_dir(a.model).weights_path),
-                                                  "model.visual.", /*reference=*/true);
-    const VisionTower& tower = reference ? *reference : *engine->vision();
-    const double load_s = seconds_since(tl);
+        b.reference = std::make_unique<VisionTower>(*b.engine->config().vision,
+                                                    Checkpoint::open(locate_model_dir(a.model).weights_path),
+                                                    "model.visual.", /*reference=*/true);
+    b.load_s = seconds_since(tl);
+    return b;
+}
 
-    const RgbImage rgb = synthetic_image(width, height);
-    const ImageProcessorConfig& proc = engine->image_processor();
+// `repeat` timed runs after `warmup`: process() (the processor: resize, normalisation, patches) returns the
+// pixel rows and their grid, then the tower + merger runs on them. Adds the timings and the tower's FLOP rate
+// to o.
+template <class Process>
+void time_media(const BenchArgs& a, const BenchTower& b, Process&& process, JsonValue& o) {
     std::vector<double> pre, vis;
-    ProcessedImage img;
+    int gt = 0, gh = 0, gw = 0;
     for (int i = 0; i < a.warmup + a.repeat; ++i) {
         const auto t0 = Clock::now();
-        img = process_image(rgb, proc);
-        const std::vector<float> pv = pixel_values(img, proc);
+        const std::vector<float> pv = process(gt, gh, gw);
         const double tp = seconds_since(t0);
         const auto t1 = Clock::now();
-        const std::vector<float> out = tower.forward(pv.data(), img.grid_t, img.grid_h, img.grid_w);
+        const std::vector<float> out = b.tower().forward(pv.data(), gt, gh, gw);
         const double tv = seconds_since(t1);
         if (i < a.warmup) continue;
         pre.push_back(tp);
@@ -231,14 +260,7 @@ void run_image_bench(const BenchArgs& a) {
     }
     const auto [pre_best, pre_median] = best_median(pre);
     const auto [vis_best, vis_median] = best_median(vis);
-    const double flops = vision_flops(tower.config(), img.grid_t, img.grid_h, img.grid_w);
-
-    JsonValue o = JsonValue::object();
-    o.set("image", JsonValue::string(std::to_string(width) + "x" + std::to_string(height)));
-    o.set("resized",
-          JsonValue::string(std::to_string(img.resized.width) + "x" + std::to_string(img.resized.height)));
-    o.set("patches", JsonValue::integer(img.num_patches()));
-    o.set("image_tokens", JsonValue::integer(img.num_tokens()));
+    const double flops = vision_flops(b.tower().config(), gt, gh, gw);
     o.set("threads", JsonValue::integer(ops::num_threads()));
     o.set("precision", JsonValue::string(a.reference ? "reference" : "exact"));
     o.set("repeat", JsonValue::integer(a.repeat));
@@ -249,10 +271,66 @@ void run_image_bench(const BenchArgs& a) {
     o.set("vision_gflop", JsonValue::number(flops / 1e9));
     o.set("vision_gflops", JsonValue::number(flops / vis_best / 1e9));
     o.set("peak_rss_mib", JsonValue::number(peak_rss_mib()));
-    o.set("load_seconds", JsonValue::number(load_s));
-    std::string out = write_json(o);
-    out += '\n';
-    std::fwrite(out.data(), 1, out.size(), stdout);
+    o.set("load_seconds", JsonValue::number(b.load_s));
+    std::string line = write_json(o);
+    line += '\n';
+    std::fwrite(line.data(), 1, line.size(), stdout);
+}
+
+std::string size_text(int width, int height) {
+    return std::to_string(width) + "x" + std::to_string(height);
+}
+
+// --image: one synthetic picture through the model's image processor (smart resize, bicubic, normalisation,
+// patches) and the vision tower + merger.
+void run_image_bench(const BenchArgs& a) {
+    const auto [width, height] = parse_image_size(a.image);
+    const BenchTower b = load_bench_tower(a, "--image");
+    const RgbImage rgb = synthetic_image(width, height);
+    const ImageProcessorConfig& proc = b.engine->image_processor();
+    const ProcessedImage img = process_image(rgb, proc);
+    JsonValue o = JsonValue::object();
+    o.set("image", JsonValue::string(size_text(width, height)));
+    o.set("resized", JsonValue::string(size_text(img.resized.width, img.resized.height)));
+    o.set("patches", JsonValue::integer(img.num_patches()));
+    o.set("image_tokens", JsonValue::integer(img.num_tokens()));
+    time_media(
+        a, b,
+        [&](int& gt, int& gh, int& gw) {
+            const ProcessedImage p = process_image(rgb, proc);
+            gt = p.grid_t, gh = p.grid_h, gw = p.grid_w;
+            return pixel_values(p, proc);
+        },
+        o);
+}
+
+// --video: FRAMES synthetic frames (a different noise seed each) through the model's video processor (the
+// video smart resize over all frames, per-frame bicubic, temporal groups) and the vision tower + merger (one
+// attention segment per group).
+void run_video_bench(const BenchArgs& a) {
+    const VideoSize size = parse_video_size(a.video);
+    const BenchTower b = load_bench_tower(a, "--video");
+    DecodedVideo video;
+    for (int f = 0; f < size.frames; ++f) {
+        video.frames.push_back(synthetic_image(size.width, size.height, 20261008 + static_cast<uint64_t>(f)));
+        video.metadata.frame_indices.push_back(f);
+    }
+    const ImageProcessorConfig& proc = b.engine->video_processor();
+    const ProcessedVideo v = process_video(video, proc);
+    JsonValue o = JsonValue::object();
+    o.set("video", JsonValue::string(a.video));
+    o.set("resized", JsonValue::string(size_text(v.frames[0].width, v.frames[0].height)));
+    o.set("groups", JsonValue::integer(v.grid_t));
+    o.set("patches", JsonValue::integer(v.num_patches()));
+    o.set("video_tokens", JsonValue::integer(v.num_tokens()));
+    time_media(
+        a, b,
+        [&](int& gt, int& gh, int& gw) {
+            const ProcessedVideo p = process_video(video, proc);
+            gt = p.grid_t, gh = p.grid_h, gw = p.grid_w;
+            return video_pixel_values(p, proc);
+        },
+        o);
 }
 
 }  // namespace
@@ -261,13 +339,14 @@ void add_bench_command(CLI::App& app) {
     auto args = std::make_shared<BenchArgs>();
     CLI::App* cmd = app.add_subcommand("bench",
                                        "Time whole decisions on a synthetic prompt of N tokens, or (--image "
-                                       "WxH) the vision tower on one synthetic "
-                                       "image (JSON line)");
+                                       "WxH / --video FRAMESxWxH) the processor and vision tower on one "
+                                       "synthetic image or video (JSON line)");
     cmd->add_option("--model", args->model, "Model directory (publisher layout) or GGUF file")->required();
     add_load_options(cmd, args->load);
     CLI::Option* tokens = cmd->add_option("--tokens", args->tokens, "Prompt tokens")->capture_default_str();
     cmd->add_option("--repeat", args->repeat,
-                    "Timed runs: decisions, or images with --image (best and median are reported)")
+                    "Timed runs: decisions, or images / videos with --image / --video (best and median are "
+                    "reported)")
         ->capture_default_str();
     cmd->add_option("--warmup", args->warmup, "Untimed runs first")->capture_default_str();
     cmd->add_option("--threads", args->threads, "Kernel threads (0 = OMP_NUM_THREADS or the physical cores)")
@@ -282,20 +361,32 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--reference", args->reference, "Run the scalar reference path (the oracle) instead");
     CLI::Option* profile =
         cmd->add_flag("--profile", args->profile, "Add a per-op time breakdown of the best run (seconds)");
+    CLI::Option* image =
+        cmd->add_option(
+               "--image", args->image,
+               "Instead of decisions, time one synthetic WIDTHxHEIGHT image (e.g. 448x448) through the "
+               "image processor and the vision tower + merger (exact; --reference for the scalar path). "
+               "Keys: image, resized, patches, image_tokens, preprocess_seconds_best/_median, "
+               "vision_seconds_best/_median, vision_gflop, vision_gflops")
+            ->excludes(tokens)
+            ->excludes(chunk)
+            ->excludes(profile);
     cmd->add_option(
-           "--image", args->image,
-           "Instead of decisions, time one synthetic WIDTHxHEIGHT image (e.g. 448x448) through the image "
-           "processor and the vision tower + merger (exact; --reference for the scalar path). Keys: "
-           "image, resized, patches, image_tokens, preprocess_seconds_best/_median, "
-           "vision_seconds_best/_median, vision_gflop, vision_gflops")
+           "--video", args->video,
+           "Instead of decisions, time a synthetic video of FRAMESxWIDTHxHEIGHT (e.g. 16x448x448) through "
+           "the video processor and the vision tower + merger (exact; --reference for the scalar path). "
+           "Keys: video, resized, groups, patches, video_tokens, and the timings of --image")
         ->excludes(tokens)
         ->excludes(chunk)
-        ->excludes(profile);
+        ->excludes(profile)
+        ->excludes(image);
     cmd->callback([args] {
-        if (args->image.empty())
-            run_bench(*args);
-        else
+        if (!args->image.empty())
             run_image_bench(*args);
+        else if (!args->video.empty())
+            run_video_bench(*args);
+        else
+            run_bench(*args);
     });
 }
 

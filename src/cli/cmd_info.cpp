@@ -1,9 +1,13 @@
 // `clef info --model DIR|FILE.gguf [--head DIR] [--tokens N [--schema-tokens N] [--cache-mib N]] [--json]`:
 // what is in a model directory or GGUF file, and the memory a decision of N tokens needs
-// (tools/model_info.h).
+// (tools/model_info.h). `clef info --config config.json [--head-config FILE] [--type BUILD] [--tokens N]`:
+// the same from the configs alone (parameters from the shapes; the plan of a BF16 or GGUF build of them).
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
+
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -13,6 +17,7 @@
 #include "ops/gemm.h"
 #include "tools/model_info.h"
 #include "util/error.h"
+#include "util/text.h"
 
 namespace clef {
 
@@ -21,6 +26,8 @@ namespace {
 struct InfoOptions {
     std::string model;
     std::string head;
+    std::string config, head_config;  // --config mode: no weights
+    std::string build = "bf16";
     std::optional<std::string> tokens;  // validated here (one-line error, exit 2), not by CLI11
     std::string schema_tokens;
     int64_t cache_mib = -1;  // -1: as clef decide (default_state_cache_bytes)
@@ -43,15 +50,11 @@ int64_t parse_tokens(const std::string& name, const std::string& text) {
 
 // The plan's input for --tokens: the engine's defaults (decision/engine.h) and this machine's GEMM backend.
 MemoryPlanInput plan_input(const InfoOptions& opt) {
-    MemoryPlanInput in;
-    in.tokens = parse_tokens("--tokens", *opt.tokens);
+    MemoryPlanInput in = machine_plan_input(parse_tokens("--tokens", *opt.tokens));
     if (!opt.schema_tokens.empty()) in.schema_tokens = parse_tokens("--schema-tokens", opt.schema_tokens);
     in.schema_tokens = std::min(in.schema_tokens, in.tokens);
     in.cache_bytes =
         opt.cache_mib < 0 ? default_state_cache_bytes() : static_cast<uint64_t>(opt.cache_mib) << 20;
-    ops::set_gemm_plan(ops::default_gemm_plan(in.backbone.precision));
-    in.onednn = ops::PackedLinear::auto_backend(ops::WeightType::BF16) == ops::GemmBackend::OneDnn;
-    in.exact_kernel = ops::gemm_plan().exact;
     return in;
 }
 
@@ -61,7 +64,41 @@ std::string gemm_for(ops::Precision p) {
     return ops::gemm_plan_string();
 }
 
+// --config: parameter counts from the shapes and, with --tokens, the plan of the build.
+void run_config_info(const InfoOptions& opt) {
+    const ModelConfig config = load_model_config(opt.config);
+    std::optional<HeadConfig> head;
+    if (!opt.head_config.empty()) head = load_head_config(opt.head_config);
+    const ParamCounts p = expected_param_counts(config, head ? &*head : nullptr);
+    std::optional<MemoryPlan> plan;
+    if (opt.tokens) plan = config_memory_plan(config, head ? &*head : nullptr, opt.build, plan_input(opt));
+    std::string out;
+    const std::pair<const char*, int64_t> rows[] = {{"backbone_layers", p.backbone_layers()},
+                                                    {"embed_tokens", p.embed_tokens},
+                                                    {"lm_head", p.lm_head},
+                                                    {"vision", p.vision},
+                                                    {"head", p.head},
+                                                    {"total", p.total()}};
+    if (opt.json) {
+        nlohmann::json j;
+        j["config"] = opt.config;
+        for (const auto& [key, n] : rows) j["parameters"][key] = n;
+        if (plan) {
+            j["build"] = opt.build;
+            j["memory_plan"] = memory_plan_to_json(*plan);
+        }
+        out = j.dump(2) + "\n";
+    } else {
+        out = "parameters from " + opt.config + (head ? " and " + opt.head_config : "") +
+              " (no weights read)\n";
+        for (const auto& [key, n] : rows) out += fmt::format("  {:<22}{:>17}\n", key, with_thousands(n));
+        if (plan) out += "\nbuild " + opt.build + "\n" + format_memory_plan(*plan);
+    }
+    std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
 void run_info(const InfoOptions& opt) {
+    if (!opt.config.empty()) return run_config_info(opt);
     std::optional<MemoryPlan> plan;
     if (opt.tokens) plan = compute_memory_plan(opt.model, opt.head, plan_input(opt));
     const ModelInfo info = compute_model_info(opt.model, opt.head);
@@ -91,9 +128,21 @@ void add_info_command(CLI::App& app) {
         "info",
         "Summarise a model directory or GGUF file: architecture, layer pattern, widths, parameter counts, "
         "dtypes / quant types, files");
-    cmd->add_option("--model,-m", opt->model,
-                    "Model directory (config.json, weights, tokenizer, joint head) or .gguf file")
-        ->required();
+    CLI::Option* model =
+        cmd->add_option("--model,-m", opt->model,
+                        "Model directory (config.json, weights, tokenizer, joint head) or .gguf file");
+    CLI::Option* config =
+        cmd->add_option("--config", opt->config,
+                        "A config.json alone (no weights): parameters from its shapes and, with "
+                        "--tokens, the memory plan of a build of it (--type)");
+    model->excludes(config);
+    cmd->add_option("--head-config", opt->head_config, "With --config: the joint_head_config.json")
+        ->needs(config);
+    cmd->add_option(
+           "--type", opt->build,
+           "With --config: the build to plan, bf16 (the publisher's safetensors) or a GGUF file type "
+           "(q8_0, q4_k_m, iq2_m, ...)")
+        ->needs(config);
     cmd->add_option("--head", opt->head, "Joint head directory for a qwen35 (backbone-only) GGUF");
     cmd->add_option("--tokens", opt->tokens,
                     "Also print the memory plan of a decision of this many prompt tokens");
@@ -103,7 +152,11 @@ void add_info_command(CLI::App& app) {
                     "Memory plan: the state cache budget in MiB (0 = off; default: as clef decide)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
     cmd->add_flag("--json", opt->json, "Print a JSON object instead of the text summary");
-    cmd->callback([opt]() { run_info(*opt); });
+    cmd->callback([opt, model, config]() {
+        if (model->count() == 0 && config->count() == 0)
+            throw Error("info: give --model PATH or --config FILE");
+        run_info(*opt);
+    });
 }
 
 }  // namespace clef

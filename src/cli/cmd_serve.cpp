@@ -1,4 +1,6 @@
 // clef serve: the System One HTTP server (see src/server and docs/API.md).
+#include <fmt/format.h>
+#include <pthread.h>
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
@@ -6,15 +8,17 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <pthread.h>
 #include <thread>
 
 #include "cli/commands.h"
 #include "decision/engine.h"
-#include "model/vision.h"
 #include "server/server.h"
+#include "tools/describe_model.h"
 #include "tools/make_model.h"
+#include "tools/model_info.h"
 #include "util/error.h"
+#include "util/memory.h"
+#include "util/text.h"
 
 namespace clef {
 
@@ -30,7 +34,37 @@ struct ServeArgs {
     int max_questions = 64;
     std::string confidence = "reference";
     std::string precision = "exact";
+    std::string calibration;
+    bool log_requests = false;
+    std::string log_format;         // "", "text" or "json"
+    int64_t memory_limit_mib = -1;  // -1: this machine's (util/memory.h)
 };
+
+// The memory left for decisions once the model is loaded: the limit less the weights as held and the state
+// cache's budget; each decision's need is its memory plan (tools/model_info.h).
+DecisionMemoryBudget memory_budget(const std::string& model, const std::string& head, const LoadOptions& lo,
+                                   const BackboneOptions& backbone, int64_t limit_mib) {
+    const MemoryPlanner planner = memory_planner(model, head);
+    MemoryPlanInput base = machine_plan_input(1, backbone);
+    base.unpack_quantised = lo.unpack_quantised;
+    const uint64_t weights = planner(base).weights.total();
+    const uint64_t limit = limit_mib >= 0 ? static_cast<uint64_t>(limit_mib) << 20 : memory_limit_bytes();
+    DecisionMemoryBudget m;
+    const uint64_t fixed = weights + lo.cache_bytes;
+    m.budget = limit > fixed ? limit - fixed : 0;
+    m.limit = fmt::format("{} {} MiB, less the weights' {} MiB and the state cache's {} MiB",
+                          limit_mib >= 0 ? "--memory-limit-mib" : "this machine's memory",
+                          with_thousands(static_cast<int64_t>(limit >> 20)),
+                          with_thousands(static_cast<int64_t>(weights >> 20)),
+                          with_thousands(static_cast<int64_t>(lo.cache_bytes >> 20)));
+    m.need = [planner, base](int64_t tokens) {
+        MemoryPlanInput in = base;
+        in.tokens = std::max<int64_t>(tokens, 1);
+        in.schema_tokens = std::min(in.schema_tokens, in.tokens);
+        return planner(in).decision.peak;
+    };
+    return m;
+}
 
 const char* const kNoModelHelp =
     "no model given. Download the Clef-Flash weights (the Hugging Face repository Cloudflare/clef-flash, e.g. "
@@ -87,6 +121,7 @@ void run_serve(ServeArgs a, ServerOptions opt) {
     if (!a.model.empty() && a.demo) throw Error("--model and --demo exclude each other");
     if (!parse_confidence_convention(a.confidence, opt.answers.confidence))
         throw Error("--confidence: unknown convention '" + a.confidence + "'");
+    if (!a.calibration.empty()) load_calibration(a.calibration, opt.answers);
     if (a.max_questions < 1) throw Error("--max-questions must be at least 1");
     opt.limits.max_questions = static_cast<size_t>(a.max_questions);
     if (opt.queue_size < 1) throw Error("--queue must be at least 1");
@@ -95,6 +130,9 @@ void run_serve(ServeArgs a, ServerOptions opt) {
         throw Error("--precision: expected exact or bf16, got '" + a.precision + "'");
     if (!(opt.request_read_timeout_s > 0) || !(opt.io_timeout_s > 0))
         throw Error("--request-read-timeout and --io-timeout must be positive");
+    opt.log_format = a.log_format == "json"                     ? LogFormat::Json
+                     : a.log_format == "text" || a.log_requests ? LogFormat::Text
+                                                                : LogFormat::None;
 
     for (auto& k : a.api_keys)
         for (auto& part : split_keys(k, ',')) opt.api_keys.push_back(part);
@@ -115,32 +153,35 @@ void run_serve(ServeArgs a, ServerOptions opt) {
         mk.seed = 20261201;
         mk.vision = false;
         make_model(mk, model_dir);
-        opt.model_name = a.name.empty() ? "clef-demo" : a.name;
         opt.description =
             "A tiny built-in model with random weights: it exercises the whole stack, but its answers carry no "
             "meaning. Point clef serve --model at Clef-Flash weights for real decisions.";
     } else {
-        std::string base = std::filesystem::path(a.model).filename().string();
-        if (base.empty()) base = std::filesystem::path(a.model).parent_path().filename().string();
-        if (base.size() > 5 && base.compare(base.size() - 5, 5, ".gguf") == 0) base.resize(base.size() - 5);
-        opt.model_name = a.name.empty() ? (base.empty() ? "clef" : base) : a.name;
-        if (opt.description.empty())
-            opt.description = "Clef decision model served by clef.cpp from " + a.model + ".";
+        opt.description = "Clef decision model served by clef.cpp from " + a.model + ".";
     }
+    // The model answers to its checkpoint's name, its directory's or file's name (not the demo's temporary
+    // one) and every --alias; --name (the demo: clef-demo) replaces the canonical name (model/model_card.h).
+    opt.model_name = a.name.empty() && a.demo ? "clef-demo" : a.name;
 
-    // /v1/models lists "vision" when the model has a vision tower (its config and its weights, or a GGUF's
-    // --mmproj). Any problem here is left to the loader, which reports it through /ready.
-    try {
-        if (!a.load.mmproj.empty() || VisionTower::in_model_dir(model_dir))
-            opt.capabilities.push_back("vision");
-    } catch (const std::exception&) {
-    }
-
-    const LoadOptions lo = a.load.options(opt.backbone.precision, default_state_cache_bytes());
-    Server server(opt, [model_dir, head = a.load.head, lo] { return Engine::load(model_dir, head, lo); });
+    // The state cache's default budget: a quarter of the available memory, and of --memory-limit-mib.
+    uint64_t cache_default = default_state_cache_bytes();
+    if (a.memory_limit_mib > 0)
+        cache_default = std::min(cache_default, (static_cast<uint64_t>(a.memory_limit_mib) << 20) / 4);
+    const LoadOptions lo = a.load.options(opt.backbone.precision, cache_default);
+    Server server(opt, [model_dir, head = a.load.head, lo, demo = a.demo, backbone = opt.backbone,
+                        limit = a.memory_limit_mib, max_tokens = opt.max_tokens] {
+        LoadedModel m(Engine::load(model_dir, head, lo), describe_model(model_dir, head, lo.mmproj));
+        if (demo) m.card->file_name.clear();
+        const int64_t context = m.engine->config().text.context_length();
+        if (context > 0 && max_tokens > context)
+            throw Error(
+                fmt::format("--max-tokens {} exceeds the model's context of {} tokens", max_tokens, context));
+        m.memory = memory_budget(model_dir, head, lo, backbone, limit);
+        return m;
+    });
     if (!server.bind()) throw Error(server.error());
     std::fprintf(stderr, "clef: serving %s on http://%s:%d (POST /v1/systemone)%s; state cache %s\n",
-                 opt.model_name.c_str(), opt.host.c_str(), server.port(),
+                 a.demo ? "the demo model" : a.model.c_str(), opt.host.c_str(), server.port(),
                  opt.api_keys.empty() ? "" : ", API keys required",
                  lo.cache_bytes ? (std::to_string(lo.cache_bytes >> 20) + " MiB").c_str() : "off");
     std::thread signals([&server, set] {
@@ -167,7 +208,9 @@ void add_serve_command(CLI::App& app) {
     cmd->add_flag("--demo", args->demo, "Serve a tiny built-in random model (answers carry no meaning)");
     cmd->add_option("--host", opt->host, "Address to listen on")->capture_default_str();
     cmd->add_option("--port", opt->port, "Port (0 = any free port)")->capture_default_str();
-    cmd->add_option("--name", args->name, "Canonical model name (default: the model directory's name)");
+    cmd->add_option(
+        "--name", args->name,
+        "Canonical model name: a response's `model` (default: the checkpoint's own, e.g. clef-flash)");
     cmd->add_option("--alias", opt->aliases, "Another name requests may use (repeatable)");
     cmd->add_option("--api-key", args->api_keys, "Accepted Bearer API key (repeatable; comma lists allowed)");
     cmd->add_option("--api-key-file", args->api_key_file, "File of API keys, one per line, # comments");
@@ -183,7 +226,14 @@ void add_serve_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--max-questions", args->max_questions, "Questions per request (400 beyond)")
         ->capture_default_str();
-    cmd->add_option("--max-tokens", opt->max_tokens, "Prompt budget; the state is cut to fit")->capture_default_str();
+    cmd->add_option("--max-tokens", opt->max_tokens,
+                    "Prompt budget, up to the model's context; the state is cut to fit")
+        ->capture_default_str();
+    cmd->add_option(
+           "--memory-limit-mib", args->memory_limit_mib,
+           "Memory for the model and its decisions (default: the machine's RAM or its control group's "
+           "limit); a request whose memory plan would exceed it is refused (400)")
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
     cmd->add_option("--max-json-depth", opt->max_json_depth, "Deepest JSON nesting accepted")->capture_default_str();
     cmd->add_option("--timeout", opt->request_timeout_s, "Seconds from arrival to answer (504 beyond)")
         ->capture_default_str();
@@ -196,7 +246,15 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--confidence", args->confidence,
                     "Confidence convention: reference, typesafe, workers-ai, colibri, entropy")
         ->capture_default_str();
-    cmd->add_flag("--log-requests", opt->log_requests, "One JSON line per request on stderr");
+    cmd->add_option(
+        "--calibration", args->calibration,
+        "Temperatures per question type from clef eval --fit-temperature (header x-clef-calibration)");
+    cmd->add_flag("--log-requests", args->log_requests,
+                  "One line per request on stderr (--log-format's, text by default)");
+    cmd->add_option(
+           "--log-format", args->log_format,
+           "Request lines on stderr: text (readable) or json (one object per line); implies --log-requests")
+        ->check(CLI::IsMember({"text", "json"}));
     cmd->add_option("--threads", opt->threads, "Kernel threads (0 = OMP_NUM_THREADS or the physical cores)")
         ->capture_default_str();
     cmd->add_option("--precision", args->precision,

@@ -1,7 +1,9 @@
 // One function per `clef` subcommand; each registers its options and callback on the app.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "decision/engine.h"
 
@@ -12,10 +14,11 @@ class App;
 namespace clef {
 
 // How decide, bench and serve load a model beyond its path: --head (the joint head of a qwen35 GGUF),
-// --mmproj (a GGUF's vision tower, llama.cpp's mmproj file) and --unpack-weights (a GGUF's quantised
-// projections unpacked to bf16 at load instead of streamed).
+// --mmproj (a GGUF's vision tower, llama.cpp's mmproj file), --unpack-weights (a GGUF's quantised
+// projections unpacked to bf16 at load instead of streamed) and --file (which files of a Hub repository).
 struct LoadArgs {
     std::string head;
+    std::vector<std::string> files;
     std::string mmproj;
     bool unpack = false;
     int64_t cache_mib = -1;  // --cache-mib; -1: the command's default
@@ -23,6 +26,7 @@ struct LoadArgs {
     // default_cache_bytes: the state cache's budget without --cache-mib (serve sizes it from free memory).
     LoadOptions options(ops::Precision main = ops::Precision::Exact, uint64_t default_cache_bytes = 0) const;
 };
+// Also makes the command's --model take a Hugging Face Hub id (docs/HUB.md): fetched before the command runs.
 void add_load_options(CLI::App* cmd, LoadArgs& args);
 
 // --max-length, --confidence, --threads and --precision, shared by the commands that answer request bodies.
@@ -31,18 +35,39 @@ struct DecisionArgs {
     std::string confidence = "reference";
     int threads = 0;
     std::string precision = "exact";
-    // Throws clef::Error (exit 2) for an unknown precision or convention or a non-positive length.
+    std::string calibration;  // --calibration: a calibration file (clef eval --fit-temperature)
+    // Throws clef::Error (exit 2) for an unknown precision or convention, a non-positive length or an
+    // unreadable calibration file.
     DecideOptions options() const;
 };
 void add_decision_options(CLI::App* cmd, DecisionArgs& args);
+
+// One request line's outcome (clef batch, clef eval): the response, or the error body the server would send.
+// An answered line also keeps its request and decision (logits and probabilities per question).
+struct LineResult {
+    JsonValue body;
+    bool error = false;
+    int64_t tokens = 0;  // prompt tokens
+    double seconds = 0;  // the decision's wall-clock time
+    DecisionRequest request;
+    Decision decision;
+};
+std::vector<std::string> read_lines(const std::string& path);
+// Decides request lines [first, end) (System One bodies), lines with the same state back to back so the state
+// cache resumes it, and hands each outcome to `done` in line order; a progress bar on stderr when it is a
+// terminal. Returns the wall-clock seconds (cmd_batch.cpp).
+double run_request_lines(const Engine& engine, const std::vector<std::string>& lines, size_t first,
+                         const DecideOptions& opt, const std::function<void(size_t line, LineResult&)>& done);
 
 void add_tokenize_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_decide_command(CLI::App& app);
 void add_batch_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_make_model_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_pull_command(CLI::App& app);
 
 }  // namespace clef

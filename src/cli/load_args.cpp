@@ -1,11 +1,50 @@
-// --head, --mmproj, --unpack-weights and --cache-mib, and the decision options, shared by the commands that
-// load a model (see commands.h).
+// --head, --mmproj, --unpack-weights, --cache-mib and --file (with a Hub id for --model), and the decision
+// options, shared by the commands that load a model (see commands.h).
 #include <CLI/CLI.hpp>
+#include <filesystem>
 
 #include "cli/commands.h"
+#include "hub/hub.h"
 #include "util/error.h"
 
 namespace clef {
+
+namespace {
+
+// Gives a parsed option another value, as if the command line had said it.
+void set_option(CLI::Option* opt, const std::string& value) {
+    opt->clear();
+    opt->add_result(value);
+    opt->run_callback();
+}
+
+// --model ORG/NAME[@REVISION], when no such local path exists: the repository's files (--file, or the default
+// selection) are fetched into the Hugging Face cache and --model becomes their local path (the GGUF file, or
+// the snapshot directory), and an mmproj file among them becomes --mmproj. Runs once the command line is
+// parsed, before the command.
+void resolve_hub_model(CLI::App* cmd, LoadArgs& args) {
+    CLI::Option* model = cmd->get_option_no_throw("--model");
+    if (!model || model->count() == 0 || !cmd->remaining().empty()) return;  // CLI11 reports the extras
+    const std::string spec = model->as<std::string>();
+    hub::RepoId id;
+    std::error_code ec;
+    if (std::filesystem::exists(spec, ec) || !hub::parse_repo_id(spec, id)) {
+        if (!args.files.empty())
+            throw Error("--file selects files of a Hub repository (--model ORG/NAME[@REVISION]), not of '" +
+                        spec + "'");
+        return;
+    }
+    hub::Snapshot snap;
+    try {
+        snap = hub::fetch(id, args.files, hub::Settings::from_environment());
+    } catch (const Error& e) {  // a mistyped local path reads as a Hub id too: say both
+        throw Error("--model " + spec + " (no such local path, so a Hub repository): " + e.what());
+    }
+    if (args.mmproj.empty()) args.mmproj = snap.mmproj_path();
+    set_option(model, snap.model_path());
+}
+
+}  // namespace
 
 LoadOptions LoadArgs::options(ops::Precision main, uint64_t default_cache_bytes) const {
     LoadOptions o;
@@ -27,6 +66,14 @@ void add_load_options(CLI::App* cmd, LoadArgs& args) {
                     "State cache budget in MiB: prompt prefixes up to the end of the state, resumed by later "
                     "decisions (0 = off; serve's default: a quarter of the available memory, at most 8 GiB)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+    if (CLI::Option* model = cmd->get_option_no_throw("--model"))
+        model->description(model->get_description() +
+                           ", or a Hugging Face Hub repository ORG/NAME[@REVISION]");
+    cmd->add_option("--file", args.files,
+                    "With a Hub repository for --model: the files to fetch (shell pattern, repeatable), e.g. "
+                    "--file '*Q4_K_M.gguf' --file '*mmproj*' in a GGUF repository")
+        ->allow_extra_args(false);  // one pattern per --file: the positional arguments stay theirs
+    cmd->parse_complete_callback([cmd, &args] { resolve_hub_model(cmd, args); });
 }
 
 DecideOptions DecisionArgs::options() const {
@@ -38,6 +85,7 @@ DecideOptions DecisionArgs::options() const {
     if (!parse_confidence_convention(confidence, opt.answers.confidence))
         throw Error("--confidence: unknown convention '" + confidence + "'");
     if (max_length <= 0) throw Error("--max-length must be positive");
+    if (!calibration.empty()) load_calibration(calibration, opt.answers);
     return opt;
 }
 
@@ -52,6 +100,8 @@ void add_decision_options(CLI::App* cmd, DecisionArgs& args) {
     cmd->add_option("--precision", args.precision,
                     "Projection activations: exact (fp32-accurate) or bf16 (faster, small deviations)")
         ->capture_default_str();
+    cmd->add_option("--calibration", args.calibration,
+                    "Temperatures per question type from clef eval --fit-temperature (default: none)");
 }
 
 }  // namespace clef

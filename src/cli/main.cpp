@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "util/error.h"
+#include "util/version.h"
 
 namespace {
 
@@ -25,15 +26,17 @@ int main(int argc, char** argv) {
     keep_freed_memory();
     CLI::App app{"clef.cpp: a fast engine and server for Clef decision models"};
     app.require_subcommand(1);
-    app.set_version_flag("--version", "clef.cpp 0.1.0");
+    app.set_version_flag("--version", std::string("clef.cpp ") + clef::kClefVersion);
     clef::add_tokenize_command(app);
     clef::add_info_command(app);
     clef::add_decide_command(app);
     clef::add_batch_command(app);
+    clef::add_eval_command(app);
     clef::add_serve_command(app);
     clef::add_make_model_command(app);
     clef::add_convert_command(app);
     clef::add_bench_command(app);
+    clef::add_pull_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

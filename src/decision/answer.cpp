@@ -3,8 +3,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 
+#include "ops/basic.h"
 #include "util/error.h"
 
 namespace clef {
@@ -83,6 +87,51 @@ double confidence(const std::vector<double>& p, QuestionType type, ConfidenceCon
         case ConfidenceConvention::Reference: break;
     }
     return peak;
+}
+
+std::vector<float> answer_probabilities(const std::vector<float>& logits, QuestionType type,
+                                        const AnswerOptions& opt) {
+    const double t = opt.temperature[static_cast<size_t>(type)];
+    if (t == 1.0) return ops::softmax_f32(logits);
+    std::vector<float> scaled(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) scaled[i] = static_cast<float>(logits[i] / t);
+    return ops::softmax_f32(scaled);
+}
+
+namespace {
+constexpr const char* kCalibrationFormat = "clef-calibration v1";
+constexpr QuestionType kTypes[] = {QuestionType::Noul, QuestionType::Choice, QuestionType::Score};
+}  // namespace
+
+JsonValue calibration_json(const std::array<double, 3>& temperature) {
+    JsonValue t = JsonValue::object();
+    for (QuestionType q : kTypes)
+        t.set(question_type_name(q), JsonValue::number(temperature[static_cast<size_t>(q)]));
+    JsonValue out = JsonValue::object();
+    out.set("format", JsonValue::string(kCalibrationFormat));
+    out.set("temperature", std::move(t));
+    return out;
+}
+
+void load_calibration(const std::string& path, AnswerOptions& opt) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw Error(path + ": cannot open");
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const JsonValue v = parse_json_or_throw(text, path);
+    const JsonValue* format = v.find("format");
+    if (!format || !format->is_string() || format->as_string() != kCalibrationFormat)
+        throw Error(path + ": not a calibration file (expected \"format\": \"" + kCalibrationFormat + "\")");
+    const JsonValue* t = v.find("temperature");
+    if (!t || !t->is_object()) throw Error(path + ": \"temperature\" must be an object");
+    for (const auto& [name, value] : t->members()) {
+        size_t type = 0;
+        while (type < 3 && name != question_type_name(kTypes[type])) ++type;
+        if (type == 3) throw Error(path + ": unknown question type '" + name + "' in \"temperature\"");
+        if (!value.is_number() || !(value.as_double() > 0) || !std::isfinite(value.as_double()))
+            throw Error(path + ": temperature of " + name + " must be a positive number");
+        opt.temperature[type] = value.as_double();
+    }
+    opt.calibration = std::filesystem::path(path).filename().string();
 }
 
 JsonValue make_answer(const Question& q, const EncodedQuestion& eq, const std::vector<float>& probs,

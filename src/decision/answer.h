@@ -4,6 +4,7 @@
 // Python's round(x, 4). Other servers' confidence conventions can be chosen by name (docs/API.md).
 #pragma once
 
+#include <array>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,7 +30,23 @@ std::vector<std::string> confidence_convention_names();
 struct AnswerOptions {
     ConfidenceConvention confidence = ConfidenceConvention::Reference;
     int decimals = 4;  // rounding of every emitted number; negative = unrounded
+    // Temperature scaling per question type (indexed by QuestionType; docs/EVAL.md): the probabilities are
+    // softmax(logits / T). 1 everywhere (the default) gives the reference's numbers exactly.
+    std::array<double, 3> temperature = {1.0, 1.0, 1.0};
+    std::string calibration;  // the calibration file's name ("" = none), for the server's x-clef-calibration
 };
+
+// The probabilities of one question: float32 softmax of logits / T, T the temperature of its type
+// (at T = 1 exactly ops::softmax_f32 of the logits).
+std::vector<float> answer_probabilities(const std::vector<float>& logits, QuestionType type,
+                                        const AnswerOptions& opt);
+
+// Calibration files (clef eval --fit-temperature): {"format": "clef-calibration v1", "temperature": {"noul":
+// T, "choice": T, "score": T}, ...}; types left out keep T = 1.
+JsonValue calibration_json(const std::array<double, 3>& temperature);
+// Reads a calibration file into opt.temperature and opt.calibration (the file's name); throws clef::Error
+// naming the file and the problem.
+void load_calibration(const std::string& path, AnswerOptions& opt);
 
 // Python's round(x, ndigits) for floats: correctly rounded, ties to even on the exact binary value.
 double python_round(double x, int ndigits);

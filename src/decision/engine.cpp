@@ -17,6 +17,7 @@
 #include "ops/gemm.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "util/memory.h"
 
 namespace clef {
 
@@ -33,6 +34,13 @@ ImageProcessorConfig image_processor_of(const ModelFiles& m, const VisionConfig&
     return clef_flash_image_processor(vc.patch_size, vc.spatial_merge_size, vc.temporal_patch_size);
 }
 
+// The video processor: a directory's processor config's video block, or Clef-Flash's.
+ImageProcessorConfig video_processor_of(const ModelFiles& m, const VisionConfig& vc) {
+    std::optional<ImageProcessorConfig> c;
+    if (!m.processor_config_path.empty()) c = load_video_processor_config(m.processor_config_path);
+    return c ? *c : clef_flash_video_processor(vc.patch_size, vc.spatial_merge_size, vc.temporal_patch_size);
+}
+
 // Whether a layer built from the source may read its storage in place (BF16 tensors, model/linear.h).
 bool has_bf16(const WeightSource& w) {
     for (const std::string& n : w.names())
@@ -44,14 +52,15 @@ bool has_bf16(const WeightSource& w) {
 Engine::~Engine() = default;
 
 uint64_t default_state_cache_bytes() {
-    std::ifstream f("/proc/meminfo");
-    uint64_t kib = 0;
-    for (std::string line; std::getline(f, line);)
-        if (line.rfind("MemAvailable:", 0) == 0) kib = std::strtoull(line.c_str() + 13, nullptr, 10);
-    return std::min<uint64_t>(kib * 1024 / 4, uint64_t{8} << 30);
+    return std::min<uint64_t>(memory_available_bytes() / 4, uint64_t{8} << 30);
 }
 
 void Engine::set_state_cache(uint64_t budget_bytes, int64_t granularity) {
+    // A RoPE scaling that depends on the prompt's length (dynamic, longrope: docs/LONG_CONTEXT.md) rotates a
+    // prefix differently in prompts of different lengths, so a cached prefix could not be resumed: no cache
+    // for them.
+    const ops::RopeType rope = config_.text.rope_scaling.type;
+    if (rope == ops::RopeType::Dynamic || rope == ops::RopeType::LongRope) budget_bytes = 0;
     cache_ = budget_bytes > 0 ? std::make_unique<StateCache>(budget_bytes, granularity) : nullptr;
 }
 
@@ -96,13 +105,14 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const std::s
 void Engine::load_vision(const ModelFiles& m, const WeightSource& weights) {
     const VisionConfig& vc = *config_.vision;
     image_processor_ = image_processor_of(m, vc);
-    const ImageProcessorConfig& ip = image_processor_;
+    video_processor_ = video_processor_of(m, vc);
     const std::string& processor_config_path = m.processor_config_path;
-    if (ip.patch_size != vc.patch_size || ip.merge_size != vc.spatial_merge_size ||
-        ip.temporal_patch_size != vc.temporal_patch_size || vc.in_channels != 3)
-        throw Error(
-            (processor_config_path.empty() ? std::string("image processor") : processor_config_path) +
-            ": patch_size / merge_size / temporal_patch_size do not match config.json's vision_config");
+    for (const ImageProcessorConfig* ip : {&image_processor_, &video_processor_})
+        if (ip->patch_size != vc.patch_size || ip->merge_size != vc.spatial_merge_size ||
+            ip->temporal_patch_size != vc.temporal_patch_size || vc.in_channels != 3)
+            throw Error(
+                (processor_config_path.empty() ? std::string("image processor") : processor_config_path) +
+                ": patch_size / merge_size / temporal_patch_size do not match config.json's vision_config");
     image_token_id_ =
         config_.image_token_id >= 0 ? config_.image_token_id : tokenizer_->token_to_id("<|image_pad|>");
     for (const char* t : {"<|vision_start|>", "<|image_pad|>", "<|vision_end|>"})
@@ -111,6 +121,7 @@ void Engine::load_vision(const ModelFiles& m, const WeightSource& weights) {
     if (tokenizer_->token_to_id("<|image_pad|>") != image_token_id_)
         throw Error("config.json image_token_id " + std::to_string(image_token_id_) +
                     " is not the tokenizer's <|image_pad|>");
+    video_token_id_ = tokenizer_->token_to_id("<|video_pad|>");  // -1: videos are refused
     vision_ = std::make_unique<VisionTower>(vc, weights);
 }
 
@@ -120,31 +131,28 @@ Engine::Prepared Engine::prepare(DecisionRequest req, const DecideOptions& opt) 
     popt.max_length = opt.max_length;
     popt.keep_segments = opt.keep_segments;
     MediaBlock media;
-    if (!req.decoded_images.empty()) {
-        if (!vision_) throw ImageError("images are not supported: this model has no vision tower");
-        for (size_t i = 0; i < req.decoded_images.size(); ++i) {
-            try {
-                p.images.push_back(process_image(req.decoded_images[i].rgb, image_processor_));
-            } catch (const ImageError& e) {
-                throw ImageError("images[" + std::to_string(i) + "]: " + e.what());
-            }
-        }
-        media = build_media_block(*tokenizer_, p.images);
+    const bool has_media = !req.decoded_images.empty() || !req.decoded_videos.empty();
+    if (has_media) {
+        const char* kind = req.decoded_images.empty() ? "videos" : "images";
+        if (!vision_)
+            throw ImageError(std::string(kind) + " are not supported: this model has no vision tower");
+        if (!req.decoded_videos.empty() && video_token_id_ < 0)
+            throw ImageError("videos are not supported: the tokenizer has no <|video_pad|> token");
+        p.images = process_images(req.decoded_images, image_processor_);
+        p.videos = process_videos(req.decoded_videos, video_processor_);
+        media = build_media_block(*tokenizer_, p.images, p.videos);
         popt.media = &media;
     }
     p.prompt = encode_prompt(*tokenizer_, req, popt);
-    if (!p.images.empty()) {
-        int64_t features = 0;
-        for (const auto& img : p.images) features += img.num_tokens();
-        check_image_tokens(p.prompt.input_ids, image_token_id_, features);
-        p.mm_token_type_ids = media_token_type_ids(p.prompt, media, image_token_id_);
-        std::vector<MediaGrid> grids;
-        for (const ProcessedImage& img : p.images)
-            grids.push_back({img.num_tokens(), img.merged_h, img.merged_w});
-        p.position_ids = mrope_position_ids(p.mm_token_type_ids, grids, &p.rope_delta);
-        p.media_key = media_key_of(p.images);
-        req.decoded_images.clear();  // the resized images are all run() needs
-        req.decoded_images.shrink_to_fit();
+    if (has_media) {
+        MediaLayout l =
+            lay_out_media(p.prompt, media, {image_token_id_, video_token_id_}, p.images, p.videos);
+        p.mm_token_type_ids = std::move(l.mm_token_type_ids);
+        p.position_ids = std::move(l.position_ids);
+        p.rope_delta = l.rope_delta;
+        p.media_key = media_cache_key(p.images, p.videos);
+        req.decoded_images = {};  // the resized images and frames are all run() needs
+        req.decoded_videos = {};
     }
     p.request = std::move(req);
     return p;
@@ -155,13 +163,10 @@ Decision Engine::decide(const DecisionRequest& req, const DecideOptions& opt, bo
 }
 
 std::vector<float> Engine::image_embeddings(const Prepared& p) const {
-    std::vector<std::vector<float>> features;
-    for (const ProcessedImage& img : p.images) {
-        const std::vector<float> pv = pixel_values(img, image_processor_);
-        features.push_back(vision_->forward(pv.data(), img.grid_t, img.grid_h, img.grid_w));
-    }
+    const MediaFeatures features =
+        vision_features(*vision_, p.images, image_processor_, p.videos, video_processor_);
     std::vector<float> x = backbone_->embed(p.prompt.input_ids);
-    substitute_image_embeddings(x, backbone_->config().hidden_size, p.mm_token_type_ids, features);
+    substitute_media_embeddings(x, backbone_->config().hidden_size, p.mm_token_type_ids, features);
     return x;
 }
 
@@ -252,9 +257,9 @@ void DecisionTask::State::begin() {
     }
     next_stop = resume.stops_done;
     d.tokens_reused = resume.position;
-    if (std::find(
+    if (std::find_if(
             p.mm_token_type_ids.begin() + std::min<int64_t>(resume.position, p.mm_token_type_ids.size()),
-            p.mm_token_type_ids.end(), 1) != p.mm_token_type_ids.end()) {
+            p.mm_token_type_ids.end(), [](int32_t k) { return k != 0; }) != p.mm_token_type_ids.end()) {
         const auto tv = Clock::now();
         x_all = e.image_embeddings(p);
         if (opt.profile) opt.profile->vision += seconds_since(tv);
@@ -300,7 +305,9 @@ void DecisionTask::State::finish() {
     const auto td = Clock::now();
     d.logits = e.head_->decide(features, hq);
     if (prof) prof->head_decide += seconds_since(td);
-    for (const auto& l : d.logits) d.probabilities.push_back(ops::softmax_f32(l));
+    for (size_t i = 0; i < d.logits.size(); ++i)
+        d.probabilities.push_back(
+            answer_probabilities(d.logits[i], p.request.questions[i].type, opt.answers));
     d.response = decision_response(p.request, d.prompt, d.logits, d.probabilities, opt.answers, opt.debug);
     if (prof) prof->total += seconds_since(t_start);
     finished = true;

@@ -115,6 +115,7 @@ public:
     // The vision tower, or nullptr when the model has none (then requests with images are refused).
     const VisionTower* vision() const { return vision_.get(); }
     const ImageProcessorConfig& image_processor() const { return image_processor_; }
+    const ImageProcessorConfig& video_processor() const { return video_processor_; }
 
     // Encodes and runs one request: run(prepare(...)). Throws PromptTooLong when the schema does not fit
     // max_length, clef::Error for other failures (e.g. non-finite model output).
@@ -130,10 +131,12 @@ public:
         DecisionRequest request;
         EncodedPrompt prompt;
         std::vector<ProcessedImage> images;      // resized, in request order (empty without images)
-        std::vector<int32_t> mm_token_type_ids;  // [T], 1 on image pads (empty without images)
-        std::vector<int32_t> position_ids;       // [3][T] MRoPE (t, h, w) (empty without images: 0..T-1)
+        std::vector<ProcessedVideo> videos;      // resized, in request order (empty without videos)
+        std::vector<int32_t>
+            mm_token_type_ids;              // [T], 1 on image pads, 2 on video pads (empty without media)
+        std::vector<int32_t> position_ids;  // [3][T] MRoPE (t, h, w) (empty without media: 0..T-1)
         int rope_delta = 0;
-        uint64_t media_key = 0;  // the images' key in the state cache (0 without images)
+        uint64_t media_key = 0;  // the media's key in the state cache (0 without media)
     };
     Prepared prepare(DecisionRequest req, const DecideOptions& opt = {}) const;
     Decision run(const Prepared& p, const DecideOptions& opt = {}, bool keep_hidden = false) const;
@@ -151,7 +154,7 @@ private:
     friend struct DecisionTask::State;
     Engine() = default;
     void load_vision(const ModelFiles& m, const WeightSource& weights);
-    // [T][hidden]: the prompt's embeddings with the vision tower's rows in place of the image pads.
+    // [T][hidden]: the prompt's embeddings with the vision tower's rows in place of the image and video pads.
     std::vector<float> image_embeddings(const Prepared& p) const;
     ModelConfig config_;
     HeadConfig head_config_;
@@ -163,7 +166,9 @@ private:
     std::unique_ptr<VisionTower> vision_;
     std::unique_ptr<StateCache> cache_;
     ImageProcessorConfig image_processor_;
+    ImageProcessorConfig video_processor_;
     int32_t image_token_id_ = -1;
+    int32_t video_token_id_ = -1;
 };
 
 }  // namespace clef

@@ -242,15 +242,20 @@ bool parse_questions(const JsonValue& questions, Validator& v, std::vector<Quest
     return true;
 }
 
-// Media last (400 api_usage_error): the images are decoded here, so every bad image is a validation
-// error.
+// Media last (400 api_usage_error): the images and video frames are decoded here, so every bad image or frame
+// is a validation error.
 bool decode_media(Validator& v, DecisionRequest& req) {
-    if (!req.videos.is_null() && !(req.videos.is_array() && req.videos.items().empty()))
-        return v.api_usage("videos", "videos are not supported yet; send still images in `images`");
     try {
         req.decoded_images = decode_image_sources(req.images, v.limits.images);
     } catch (const ImageError& e) {
         return v.api_usage("images", e.what());
+    }
+    try {
+        const MediaKwargs kwargs = parse_media_kwargs(req.media_kwargs);
+        req.decoded_videos = decode_video_sources(req.videos, kwargs, v.limits.images, v.limits.videos);
+    } catch (const ImageError& e) {
+        const std::string msg = e.what();
+        return v.api_usage(msg.rfind("media_kwargs", 0) == 0 ? "media_kwargs" : "videos", msg);
     }
     return true;
 }
@@ -270,6 +275,7 @@ bool parse_request(const JsonValue& body, DecisionRequest& out, std::vector<Requ
     parse_state(body, v, req);
     if (const JsonValue* images = body.find("images")) req.images = *images;
     if (const JsonValue* videos = body.find("videos")) req.videos = *videos;
+    if (const JsonValue* kwargs = body.find("media_kwargs")) req.media_kwargs = *kwargs;
 
     const JsonValue* questions = find_questions(body, v);
     if (!questions || !errors.empty()) return false;

@@ -9,6 +9,7 @@
 
 #include "image/decode.h"
 #include "image/image.h"
+#include "image/video.h"
 #include "util/json.h"
 
 namespace clef {
@@ -41,7 +42,9 @@ struct DecisionRequest {
     std::vector<Question> questions;  // request order
     JsonValue images;                 // null when absent
     JsonValue videos;                 // null when absent
+    JsonValue media_kwargs;           // null when absent (image/video.h parse_media_kwargs)
     std::vector<DecodedImage> decoded_images;  // `images` decoded (RGB, EXIF orientation applied), in order
+    std::vector<DecodedVideo> decoded_videos;  // `videos` decoded with their metadata, in order
 };
 
 // How a rejected request maps onto the System One error shapes (the server picks status and body from this).
@@ -62,7 +65,8 @@ struct RequestLimits {
     size_t max_questions = 64;
     size_t max_options = 255;  // choice
     size_t max_levels = 10;    // score
-    ImageLimits images;        // count, bytes and pixels of `images`
+    ImageLimits images;        // count, bytes and pixels of `images`; bytes and pixels of each video frame
+    VideoLimits videos;        // videos, frames per video, bytes and pixels of all frames
 };
 
 // Parses a request body. Returns true on success; otherwise fills `errors` (all 422 items found, or the

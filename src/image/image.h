@@ -1,7 +1,7 @@
 // Common types of the image module: 8-bit RGB images, the client-error exception and the request limits.
 // The module turns what a client sends (data URLs, bare base64, {content_type, base64} objects) into the
 // processor output the vision tower reads, bit for bit as the reference (transformers + Pillow + torchvision)
-// does it. See docs/IMAGES.md.
+// does it. See docs/MEDIA.md.
 #pragma once
 
 #include <cstddef>

@@ -12,6 +12,10 @@ namespace clef {
 
 namespace {
 
+std::string size_str(int width, int height) {
+    return std::to_string(width) + "x" + std::to_string(height);
+}
+
 struct Reader {
     const JsonValue& obj;
     std::string where;  // "<source>: image_processor."
@@ -58,20 +62,9 @@ struct Reader {
     }
 };
 
-}  // namespace
-
-ImageProcessorConfig parse_image_processor_config(const std::string& json_text,
-                                                  const std::string& source_name) {
-    const JsonValue doc = parse_json_or_throw(json_text, source_name);
-    if (!doc.is_object()) throw Error(source_name + ": expected a JSON object");
-    const JsonValue* block = doc.find("image_processor");
-    std::string where = source_name + ": image_processor.";
-    if (!block) {
-        block = &doc;  // preprocessor_config.json layout
-        where = source_name + ": ";
-    }
-    if (!block->is_object()) throw Error(source_name + ": image_processor: expected an object");
-    const Reader r{*block, where};
+// One processor block (image_processor or video_processor: the same keys); `where` prefixes the errors.
+ImageProcessorConfig parse_processor_block(const JsonValue& block, const std::string& where) {
+    const Reader r{block, where};
     ImageProcessorConfig c;
     if (const JsonValue* size = r.get("size")) {
         if (!size->is_object()) r.fail("size", "expected an object {shortest_edge, longest_edge}");
@@ -108,12 +101,50 @@ ImageProcessorConfig parse_image_processor_config(const std::string& json_text,
     return c;
 }
 
-ImageProcessorConfig load_image_processor_config(const std::string& path) {
+JsonValue parse_processor_doc(const std::string& json_text, const std::string& source_name) {
+    JsonValue doc = parse_json_or_throw(json_text, source_name);
+    if (!doc.is_object()) throw Error(source_name + ": expected a JSON object");
+    return doc;
+}
+
+std::string read_text(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     if (!f) throw Error(path + ": cannot open");
     std::stringstream ss;
     ss << f.rdbuf();
-    return parse_image_processor_config(ss.str(), path);
+    return ss.str();
+}
+
+}  // namespace
+
+ImageProcessorConfig parse_image_processor_config(const std::string& json_text,
+                                                  const std::string& source_name) {
+    const JsonValue doc = parse_processor_doc(json_text, source_name);
+    const JsonValue* block = doc.find("image_processor");
+    std::string where = source_name + ": image_processor.";
+    if (!block) {
+        block = &doc;  // preprocessor_config.json layout
+        where = source_name + ": ";
+    }
+    if (!block->is_object()) throw Error(source_name + ": image_processor: expected an object");
+    return parse_processor_block(*block, where);
+}
+
+std::optional<ImageProcessorConfig> parse_video_processor_config(const std::string& json_text,
+                                                                 const std::string& source_name) {
+    const JsonValue doc = parse_processor_doc(json_text, source_name);
+    const JsonValue* block = doc.find("video_processor");
+    if (!block || block->is_null()) return std::nullopt;
+    if (!block->is_object()) throw Error(source_name + ": video_processor: expected an object");
+    return parse_processor_block(*block, source_name + ": video_processor.");
+}
+
+ImageProcessorConfig load_image_processor_config(const std::string& path) {
+    return parse_image_processor_config(read_text(path), path);
+}
+
+std::optional<ImageProcessorConfig> load_video_processor_config(const std::string& path) {
+    return parse_video_processor_config(read_text(path), path);
 }
 
 ImageProcessorConfig clef_flash_image_processor(int patch_size, int merge_size, int temporal_patch_size) {
@@ -125,6 +156,13 @@ ImageProcessorConfig clef_flash_image_processor(int patch_size, int merge_size, 
     c.temporal_patch_size = temporal_patch_size;
     c.image_mean = {0.5, 0.5, 0.5};
     c.image_std = {0.5, 0.5, 0.5};
+    return c;
+}
+
+ImageProcessorConfig clef_flash_video_processor(int patch_size, int merge_size, int temporal_patch_size) {
+    ImageProcessorConfig c = clef_flash_image_processor(patch_size, merge_size, temporal_patch_size);
+    c.min_pixels = 4096;
+    c.max_pixels = 25165824;
     return c;
 }
 
@@ -142,29 +180,31 @@ const char* resize_branch_name(ResizeBranch b) {
     return "?";
 }
 
-SmartResize smart_resize(int height, int width, int factor, int64_t min_pixels, int64_t max_pixels) {
+SmartResize smart_resize_frames(int64_t frames, int64_t t_bar, int height, int width, int factor,
+                                int64_t min_pixels, int64_t max_pixels) {
+    const char* what = frames > 1 ? "video frames are " : "image is ";
     if (height < factor || width < factor)
-        throw ImageError("image is " + std::to_string(width) + "x" + std::to_string(height) +
-                         " pixels; both sides must be at least " + std::to_string(factor) + " pixels");
+        throw ImageError(what + size_str(width, height) + " pixels; both sides must be at least " +
+                         std::to_string(factor) + " pixels");
     const double ratio =
         static_cast<double>(std::max(height, width)) / static_cast<double>(std::min(height, width));
     if (ratio > 200)
-        throw ImageError("image is " + std::to_string(width) + "x" + std::to_string(height) +
-                         " pixels; the aspect ratio must be at most 200:1");
+        throw ImageError(what + size_str(width, height) + " pixels; the aspect ratio must be at most 200:1");
     const double f = factor;
     // Python round(): half to even, which nearbyint gives in the default rounding mode.
     int64_t h = static_cast<int64_t>(std::nearbyint(height / f)) * factor;
     int64_t w = static_cast<int64_t>(std::nearbyint(width / f)) * factor;
     SmartResize r;
     r.branch = (h == height && w == width) ? ResizeBranch::None : ResizeBranch::Round;
-    const double hw = static_cast<double>(int64_t{height} * width);
-    if (h * w > max_pixels) {
-        const double beta = std::sqrt(hw / static_cast<double>(max_pixels));
+    // N·h·w, the real frame count (not t̄), as the processor computes β.
+    const double nhw = static_cast<double>(frames) * static_cast<double>(int64_t{height} * width);
+    if (t_bar * h * w > max_pixels) {
+        const double beta = std::sqrt(nhw / static_cast<double>(max_pixels));
         h = std::max<int64_t>(factor, static_cast<int64_t>(std::floor(height / beta / f)) * factor);
         w = std::max<int64_t>(factor, static_cast<int64_t>(std::floor(width / beta / f)) * factor);
         r.branch = ResizeBranch::MaxPixels;
-    } else if (h * w < min_pixels) {
-        const double beta = std::sqrt(static_cast<double>(min_pixels) / hw);
+    } else if (t_bar * h * w < min_pixels) {
+        const double beta = std::sqrt(static_cast<double>(min_pixels) / nhw);
         h = static_cast<int64_t>(std::ceil(height * beta / f)) * factor;
         w = static_cast<int64_t>(std::ceil(width * beta / f)) * factor;
         r.branch = ResizeBranch::MinPixels;
@@ -173,6 +213,10 @@ SmartResize smart_resize(int height, int width, int factor, int64_t min_pixels, 
     r.height = static_cast<int>(h);
     r.width = static_cast<int>(w);
     return r;
+}
+
+SmartResize smart_resize(int height, int width, int factor, int64_t min_pixels, int64_t max_pixels) {
+    return smart_resize_frames(1, 1, height, width, factor, min_pixels, max_pixels);
 }
 
 ProcessedImage process_image(const RgbImage& rgb, const ImageProcessorConfig& cfg) {
@@ -213,26 +257,36 @@ std::array<std::array<float, 256>, 3> normalisation_table(const ImageProcessorCo
     return t;
 }
 
-std::vector<float> pixel_values(const ProcessedImage& img, const ImageProcessorConfig& cfg) {
+std::vector<float> patch_rows(const std::vector<const RgbImage*>& frames, int grid_t, int merged_h,
+                              int merged_w, const ImageProcessorConfig& cfg) {
     const int P = cfg.patch_size, M = cfg.merge_size, T = cfg.temporal_patch_size;
     const int dim = cfg.patch_dim();
     const auto norm = normalisation_table(cfg);
-    std::vector<float> out(static_cast<size_t>(img.num_patches()) * dim);
+    std::vector<float> out(static_cast<size_t>(grid_t) * merged_h * merged_w * M * M * dim);
     float* row = out.data();
-    for (int bh = 0; bh < img.merged_h; ++bh)
-        for (int bw = 0; bw < img.merged_w; ++bw)
-            for (int mh = 0; mh < M; ++mh)
-                for (int mw = 0; mw < M; ++mw, row += dim) {
-                    const int y0 = (bh * M + mh) * P, x0 = (bw * M + mw) * P;
-                    float* o = row;
-                    for (int c = 0; c < 3; ++c)
-                        for (int t = 0; t < T; ++t)  // the frames are copies of the still image
-                            for (int y = 0; y < P; ++y) {
-                                const uint8_t* s = img.resized.row(y0 + y) + static_cast<size_t>(x0) * 3 + c;
-                                for (int x = 0; x < P; ++x) *o++ = norm[c][s[3 * x]];
+    for (int g = 0; g < grid_t; ++g)
+        for (int bh = 0; bh < merged_h; ++bh)
+            for (int bw = 0; bw < merged_w; ++bw)
+                for (int mh = 0; mh < M; ++mh)
+                    for (int mw = 0; mw < M; ++mw, row += dim) {
+                        const int y0 = (bh * M + mh) * P, x0 = (bw * M + mw) * P;
+                        float* o = row;
+                        for (int c = 0; c < 3; ++c)
+                            for (int t = 0; t < T; ++t) {
+                                const RgbImage& f = *frames[static_cast<size_t>(g * T + t)];
+                                for (int y = 0; y < P; ++y) {
+                                    const uint8_t* s = f.row(y0 + y) + static_cast<size_t>(x0) * 3 + c;
+                                    for (int x = 0; x < P; ++x) *o++ = norm[c][s[3 * x]];
+                                }
                             }
-                }
+                    }
     return out;
+}
+
+std::vector<float> pixel_values(const ProcessedImage& img, const ImageProcessorConfig& cfg) {
+    // A still image: one temporal patch of temporal_patch_size copies.
+    const std::vector<const RgbImage*> frames(static_cast<size_t>(cfg.temporal_patch_size), &img.resized);
+    return patch_rows(frames, 1, img.merged_h, img.merged_w, cfg);
 }
 
 }  // namespace clef

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,9 +41,16 @@ struct ImageProcessorConfig {
 ImageProcessorConfig parse_image_processor_config(const std::string& json_text,
                                                   const std::string& source_name);
 ImageProcessorConfig load_image_processor_config(const std::string& path);
+// The "video_processor" block of processor_config.json (the same keys; its size bounds apply to all frames of
+// a video together, image/video.h), or nullopt when the file has none.
+std::optional<ImageProcessorConfig> parse_video_processor_config(const std::string& json_text,
+                                                                 const std::string& source_name);
+std::optional<ImageProcessorConfig> load_video_processor_config(const std::string& path);
 // Clef-Flash's published image processor (min/max pixels 65536 / 16777216, mean and std 0.5) on the given
 // vision geometry: the settings of a model directory without a processor config.
 ImageProcessorConfig clef_flash_image_processor(int patch_size, int merge_size, int temporal_patch_size);
+// Clef-Flash's published video processor: the same with min/max pixels 4096 / 25165824 over all frames.
+ImageProcessorConfig clef_flash_video_processor(int patch_size, int merge_size, int temporal_patch_size);
 
 enum class ResizeBranch { None, Round, MinPixels, MaxPixels };
 const char* resize_branch_name(ResizeBranch b);  // "none", "round", "min_pixels", "max_pixels"
@@ -56,6 +64,10 @@ struct SmartResize {
 // transformers smart_resize. Throws ImageError when a side is below the factor or the aspect ratio exceeds
 // 200.
 SmartResize smart_resize(int height, int width, int factor, int64_t min_pixels, int64_t max_pixels);
+// The same over `frames` frames whose count rounds to t_bar (the video form, image/video.h): the bounds apply
+// to t_bar·h̄·w̄ and β is computed over frames·h·w. smart_resize is (1, 1, ...).
+SmartResize smart_resize_frames(int64_t frames, int64_t t_bar, int height, int width, int factor,
+                                int64_t min_pixels, int64_t max_pixels);
 
 // One image after resizing: what the prompt (token count, positions) and the vision tower need.
 struct ProcessedImage {
@@ -73,6 +85,12 @@ ProcessedImage process_image(const RgbImage& rgb, const ImageProcessorConfig& cf
 // The processor's pixel_values for one image: [num_patches][patch_dim] float32, rows in merge-block order
 // (blocks row-major; inside a block (0,0), (0,1), (1,0), (1,1)), columns (channel, frame, y, x).
 std::vector<float> pixel_values(const ProcessedImage& img, const ImageProcessorConfig& cfg);
+
+// The patch rows of grid_t temporal groups: frames[g·T + t] (T = temporal_patch_size) is frame t of group g,
+// every frame (merged_h·merge) x (merged_w·merge) patches. Rows by group, then merge-block order; columns
+// (channel, frame in group, y, x).
+std::vector<float> patch_rows(const std::vector<const RgbImage*>& frames, int grid_t, int merged_h,
+                              int merged_w, const ImageProcessorConfig& cfg);
 
 // (x - mean) / std per channel for x = 0..255 in float32, as the fused torchvision path computes it.
 std::array<std::array<float, 256>, 3> normalisation_table(const ImageProcessorConfig& cfg);

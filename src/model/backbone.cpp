@@ -62,7 +62,10 @@ void check_config(const TextConfig& c) {
     }
 }
 
-ops::RopeParams rope_params(const TextConfig& c) {
+// seq_len: the length the length-dependent scalings (dynamic, longrope) decide on, the whole prompt's
+// (BackboneState::rope_seq_len), so every chunk of a prompt rotates with the same frequencies, as in
+// transformers' one-pass forward; 0 = each chunk's own.
+ops::RopeParams rope_params(const TextConfig& c, int64_t seq_len) {
     ops::RopeParams p;
     p.rotary_dim = c.rotary_dim;
     p.theta = c.rope_theta;
@@ -72,6 +75,8 @@ ops::RopeParams rope_params(const TextConfig& c) {
     // HF computes inv_freq and the angles in fp32. Angles in double were measured against the float64 goldens
     // of tiny-clef and are no better (per-case differences are noise), so the engine follows HF.
     p.fp64_angles = false;
+    p.scaling = c.rope_scaling;
+    p.seq_len = seq_len;
     return p;
 }
 
@@ -331,6 +336,10 @@ Backbone::Prefill::Prefill(const Backbone& b, BackboneState& state, PrefillInput
     : b_(b), state_(state), in_(std::move(in)), opt_(opt), profile_(profile), trace_(trace) {
     if (state_.position < 0 || state_.position > in_.T) throw Error("prefill: the state is past the prompt");
     chunk_ = trace_ ? std::max<int64_t>(in_.T, 1) : b_.chunk_length(opt_, in_.T);
+    // The whole prompt's length for the RoPE scalings that depend on it: its largest position + 1.
+    state_.rope_seq_len = in_.positions && in_.T > 0
+                              ? *std::max_element(in_.positions, in_.positions + 3 * in_.T) + int64_t{1}
+                              : in_.T;
     buf_.resize(static_cast<size_t>(std::min(chunk_, in_.T) * b_.cfg_.hidden_size));
 }
 
@@ -372,7 +381,7 @@ void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const
         const int half = cfg_.rotary_dim / 2;
         c.cos.resize(T * half);
         c.sin.resize(T * half);
-        ops::rope_tables(rope_params(cfg_), pos.data(), T, c.cos.data(), c.sin.data());
+        ops::rope_tables(rope_params(cfg_, st.rope_seq_len), pos.data(), T, c.cos.data(), c.sin.data());
     }
 
     std::vector<float> h(x, x + n), xn(n), mix(n);
@@ -481,12 +490,12 @@ void Backbone::gdn_mixer(const Layer& L, BackboneState::Layer& S, const float* x
             ops::gated_delta_rule_serial(d);
     }
 
-    // Gated RMSNorm per value head: norm.weight * rmsnorm(o) * silu(z).
+    // Gated RMSNorm per value head: norm.weight * rmsnorm(o) * silu(z) (or sigmoid(z), by the config).
     std::vector<float> y(T * value_dim);
     {
         Timer tm(c.slot(&BackboneProfile::gdn_conv_gates));
         (c.opt.reference ? ops::rms_norm_gated : ops::rms_norm_gated_fast)(
-            o.data(), z.data(), T * Hv, dv, w.norm.data(), cfg_.rms_norm_eps, y.data());
+            o.data(), z.data(), T * Hv, dv, w.norm.data(), cfg_.rms_norm_eps, y.data(), cfg_.gdn_norm_gate);
     }
     {
         Timer tm(c.slot(&BackboneProfile::gdn_proj));

@@ -50,6 +50,9 @@ struct BackboneProfile {
 // What a chunked prefill carries from one chunk to the next.
 struct BackboneState {
     int64_t position = 0;  // tokens processed so far (text position of the next token)
+    // The sequence length the length-dependent RoPE scalings decide on (ops::RopeParams::seq_len): the whole
+    // prompt's, set by Backbone::Prefill; 0 = each forward_chunk's own.
+    int64_t rope_seq_len = 0;
     struct Layer {
         std::vector<float> conv;   // GDN: the last K-1 conv inputs [K-1][conv_dim]
         std::vector<float> delta;  // GDN: the delta-rule state [Hv][dk][dv]

@@ -161,6 +161,125 @@ void parse_layer_types(const Fields& f, TextConfig& t) {
                                     f.positive_or("full_attention_interval", kDefaultFullAttentionInterval));
 }
 
+// The rope type an object names (rope_type, else the older type; "mrope" is the default type); *key is set
+// to the key that named it (nullptr when none did).
+ops::RopeType rope_type_of(const Fields& src, const char** key) {
+    *key = src.has("rope_type") ? "rope_type" : src.has("type") ? "type" : nullptr;
+    const std::string name = *key ? src.string_or(*key, "default") : "default";
+    ops::RopeType type = ops::RopeType::Default;
+    if (name != "mrope" && !ops::parse_rope_type(name.c_str(), type))
+        src.fail(*key, "unsupported rope type '" + name +
+                           "' (expected default, linear, dynamic, yarn, llama3 or longrope)");
+    return type;
+}
+
+// A number key that must be present and at least `min` (strictly more when `strict`).
+double rope_number(const Fields& s, std::string_view key, double min, bool strict, const std::string& why) {
+    if (!s.has(key)) s.fail(key, "missing (" + why + ")");
+    const double v = s.number(key, s.require(key));
+    if (strict ? !(v > min) : !(v >= min))
+        s.fail(key, std::string(strict ? "must be more than " : "must be at least ") + show_number(min) +
+                        ", got " + show_number(v));
+    return v;
+}
+
+// The pre-training context length: text_config.original_max_position_embeddings when present (transformers
+// prefers it, as Phi-3 configs put it there), else the scaling object's.
+int64_t rope_original_max(const Fields& f, const Fields& s, const std::string& type) {
+    if (f.has("original_max_position_embeddings")) return f.positive("original_max_position_embeddings");
+    if (!s.has("original_max_position_embeddings"))
+        s.fail("original_max_position_embeddings",
+               "missing (" + type + " needs the pre-training context length, e.g. 262144 for Qwen3.5)");
+    return s.positive("original_max_position_embeddings");
+}
+
+// YaRN's keys: beta_fast / beta_slow (0 or absent = 32 / 1, as transformers' `or`), truncate, and the
+// attention factor: attention_factor, else mscale / mscale_all_dim's ratio when both are set, else
+// 0.1 ln(factor) + 1.
+void parse_yarn(const Fields& s, ops::RopeScaling& r) {
+    auto beta = [&](std::string_view key, double def) {
+        const double v = s.has(key) ? s.number(key, s.require(key)) : 0.0;
+        if (v < 0) s.fail(key, "must not be negative, got " + show_number(v));
+        return v == 0 ? def : v;
+    };
+    r.beta_fast = beta("beta_fast", 32.0);
+    r.beta_slow = beta("beta_slow", 1.0);
+    if (r.beta_fast < r.beta_slow)
+        s.fail("beta_fast", show_number(r.beta_fast) + " is less than beta_slow " + show_number(r.beta_slow));
+    r.truncate = s.boolean_or("truncate", true);
+    const double ms = s.has("mscale") ? s.number("mscale", s.require("mscale")) : 0.0;
+    const double ms_all =
+        s.has("mscale_all_dim") ? s.number("mscale_all_dim", s.require("mscale_all_dim")) : 0.0;
+    if (s.has("attention_factor"))
+        r.attention_factor = rope_number(s, "attention_factor", 0, true, "");
+    else if (ms != 0 && ms_all != 0)
+        r.attention_factor = ops::yarn_get_mscale(r.factor, ms) / ops::yarn_get_mscale(r.factor, ms_all);
+    else
+        r.attention_factor = ops::yarn_get_mscale(r.factor);
+}
+
+// LongRoPE's per-frequency factors: `n` positive numbers.
+std::vector<double> rope_factor_list(const Fields& s, std::string_view key, int n) {
+    const json& v = s.require(key);
+    if (!v.is_array() || static_cast<int>(v.size()) != n)
+        s.fail(key, "expected an array of rotary_dim/2 = " + std::to_string(n) + " numbers, got " + show(v));
+    std::vector<double> out;
+    for (const json& x : v) {
+        out.push_back(s.number(key, x));
+        if (!(out.back() > 0)) s.fail(key, "entries must be positive, got " + show(x));
+    }
+    return out;
+}
+
+void parse_longrope(const Fields& s, TextConfig& t) {
+    ops::RopeScaling& r = t.rope_scaling;
+    r.short_factor = rope_factor_list(s, "short_factor", t.rotary_dim / 2);
+    r.long_factor = rope_factor_list(s, "long_factor", t.rotary_dim / 2);
+    if (s.has("factor")) {
+        r.factor = rope_number(s, "factor", 1, false, "");
+    } else {
+        if (t.max_position_embeddings <= 0)
+            s.fail("factor", "missing, and no max_position_embeddings to derive it from");
+        r.factor = static_cast<double>(t.max_position_embeddings) / static_cast<double>(r.original_max);
+    }
+    if (s.has("attention_factor"))
+        r.attention_factor = rope_number(s, "attention_factor", 0, true, "");
+    else
+        r.attention_factor =
+            r.factor <= 1 ? 1.0
+                          : std::sqrt(1 + std::log(r.factor) / std::log(static_cast<double>(r.original_max)));
+}
+
+// The RoPE scaling named by rope_parameters (or else rope_scaling), with transformers' keys and defaults.
+void parse_rope_scaling(const Fields& f, const Fields& rpf, const Fields& rsf, TextConfig& t) {
+    const char *pkey, *skey;
+    const ops::RopeType pt = rope_type_of(rpf, &pkey), st = rope_type_of(rsf, &skey);
+    if (pt != ops::RopeType::Default && st != ops::RopeType::Default && pt != st)
+        rsf.fail(skey, std::string("names rope type '") + ops::rope_type_name(st) +
+                           "', rope_parameters names '" + ops::rope_type_name(pt) + "' (keep one)");
+    const Fields& s = pt != ops::RopeType::Default ? rpf : rsf;
+    ops::RopeScaling& r = t.rope_scaling;
+    r = {};
+    r.type = pt != ops::RopeType::Default ? pt : st;
+    if (r.type == ops::RopeType::Default) return;
+    const std::string name = ops::rope_type_name(r.type);
+    if (r.type != ops::RopeType::LongRope)
+        r.factor = rope_number(s, "factor", 1, false, "the " + name + " rope scaling needs it");
+    if (r.type == ops::RopeType::Dynamic) {
+        if (t.max_position_embeddings <= 0)
+            f.fail("max_position_embeddings", "missing (the dynamic rope scaling starts beyond it)");
+        r.original_max = t.max_position_embeddings;
+    } else if (r.type != ops::RopeType::Linear) {
+        r.original_max = rope_original_max(f, s, name);
+    }
+    if (r.type == ops::RopeType::Yarn) parse_yarn(s, r);
+    if (r.type == ops::RopeType::Llama3) {
+        r.low_freq_factor = rope_number(s, "low_freq_factor", 0, true, "llama3 needs it");
+        r.high_freq_factor = rope_number(s, "high_freq_factor", r.low_freq_factor, true, "llama3 needs it");
+    }
+    if (r.type == ops::RopeType::LongRope) parse_longrope(s, t);
+}
+
 // Rope settings: text_config.rope_parameters (current transformers) or the older rope_theta /
 // partial_rotary_factor / rope_scaling keys. rope_parameters wins where both are present.
 void parse_rope(const Fields& f, TextConfig& t) {
@@ -169,15 +288,6 @@ void parse_rope(const Fields& f, TextConfig& t) {
     const json* rs = f.object_or_null("rope_scaling");
     const Fields rpf(rp ? *rp : kEmpty, f.source(), f.path("rope_parameters") + ".");
     const Fields rsf(rs ? *rs : kEmpty, f.source(), f.path("rope_scaling") + ".");
-
-    // rope type: only the default (plain / multimodal) rotary embedding is supported.
-    for (const auto* src : {&rpf, &rsf}) {
-        for (const char* key : {"rope_type", "type"}) {
-            std::string type = src->string_or(key, "default");
-            if (type != "default" && type != "mrope")
-                src->fail(key, "unsupported rope type '" + type + "' (only default is supported)");
-        }
-    }
 
     if (rpf.has("rope_theta")) {
         t.rope_theta = rpf.number("rope_theta", rpf.require("rope_theta"));
@@ -226,6 +336,7 @@ void parse_rope(const Fields& f, TextConfig& t) {
     }
     const Fields& mif = rpf.has("mrope_interleaved") ? rpf : rsf;
     t.mrope_interleaved = mif.boolean_or("mrope_interleaved", true);
+    parse_rope_scaling(f, rpf, rsf, t);
 }
 
 TextConfig parse_text_config(const Fields& f, const Fields* top) {
@@ -243,6 +354,11 @@ TextConfig parse_text_config(const Fields& f, const Fields* top) {
     t.linear_key_head_dim = f.positive("linear_key_head_dim");
     t.linear_value_head_dim = f.positive("linear_value_head_dim");
     t.linear_conv_kernel = f.positive_or("linear_conv_kernel_dim", 4);
+    const std::string gate = f.string_or("output_gate_type", "swish");
+    if (gate == "sigmoid")
+        t.gdn_norm_gate = ops::NormGate::Sigmoid;
+    else if (gate != "swish" && gate != "silu")
+        f.fail("output_gate_type", "expected swish, silu or sigmoid, got \"" + gate + "\"");
     if (f.has("rms_norm_eps")) {
         double eps = f.number("rms_norm_eps", f.require("rms_norm_eps"));
         if (!(eps > 0)) f.fail("rms_norm_eps", "must be positive, got " + show_number(eps));
@@ -338,6 +454,14 @@ int full_attention_interval_of(const std::vector<LayerType>& types) {
     const auto first = std::find(types.begin(), types.end(), LayerType::FullAttention);
     const int interval = first == types.end() ? 0 : static_cast<int>(first - types.begin()) + 1;
     return layer_types_for(static_cast<int>(types.size()), interval) == types ? interval : 0;
+}
+
+int64_t TextConfig::context_length() const {
+    int64_t n = max_position_embeddings;
+    if (rope_scaling.type != ops::RopeType::Default && rope_scaling.original_max > 0)
+        n = std::max(
+            n, static_cast<int64_t>(rope_scaling.factor * static_cast<double>(rope_scaling.original_max)));
+    return n;
 }
 
 int TextConfig::num_layers_of(LayerType t) const {

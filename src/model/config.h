@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "io/model_dir.h"
+#include "ops/basic.h"
+#include "ops/rope.h"
 
 namespace clef {
 
@@ -39,18 +41,29 @@ struct TextConfig {
     int rotary_dim = 0;              // head_dim * partial_rotary_factor
     std::vector<int> mrope_section;  // e.g. {11, 11, 10}; sums to rotary_dim / 2
     bool mrope_interleaved = true;
+    // RoPE scaling (rope_parameters' or rope_scaling's rope_type and its keys, resolved as transformers does:
+    // docs/LONG_CONTEXT.md); the default type leaves it at its default.
+    ops::RopeScaling rope_scaling;
     // Gated DeltaNet.
     int linear_num_key_heads = 0;
     int linear_num_value_heads = 0;
     int linear_key_head_dim = 0;
     int linear_value_head_dim = 0;
     int linear_conv_kernel = 4;
+    // The activation of the GDN gated norm's z: text_config.output_gate_type "swish"/"silu" (Qwen3.5's and
+    // both Clef models') or "sigmoid" (vLLM's RMSNormGated reads the key so). The attention output gate is
+    // always sigmoid (tests/data/tiny-clef27/README.md).
+    ops::NormGate gdn_norm_gate = ops::NormGate::Silu;
     float rms_norm_eps = 1e-6f;
     bool tie_word_embeddings = false;
     int max_position_embeddings = 0;
     int mtp_num_hidden_layers = 0;  // multi-token-prediction layers (mtp.* tensors; unused by the engine)
 
     int num_layers_of(LayerType t) const;
+    // The longest prompt the model is configured for: max_position_embeddings, or a RoPE scaling's factor x
+    // its original context when that is longer (a YaRN config may leave max_position_embeddings at the
+    // original).
+    int64_t context_length() const;
 };
 
 struct VisionConfig {

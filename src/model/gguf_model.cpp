@@ -296,6 +296,31 @@ std::vector<uint64_t> gguf_dims(const TensorSpec& s) {
     return dims;
 }
 
+namespace {
+
+// llama.cpp's rope.scaling keys under A back into transformers' rope_parameters rp: none, linear and yarn
+// (what clef convert writes: tools/gguf_convert.cpp); config parsing validates the values.
+void read_rope_scaling(const GgufFile& f, const std::string& A, nlohmann::json& rp) {
+    const std::string P = A + "rope.scaling.";
+    const std::string type = f.get_string(P + "type", "none");
+    if (type == "none") return;
+    if (type != "linear" && type != "yarn")
+        throw Error(f.path() + ": " + P + "type '" + type + "' is not supported (none, linear or yarn)");
+    if (f.contains(P + "yarn_log_multiplier") && f.get_float(P + "yarn_log_multiplier") != 0)
+        throw Error(f.path() + ": " + P + "yarn_log_multiplier is not supported");
+    rp["rope_type"] = type;
+    const std::pair<const char*, const char*> keys[] = {{"factor", "factor"},
+                                                        {"yarn_beta_fast", "beta_fast"},
+                                                        {"yarn_beta_slow", "beta_slow"},
+                                                        {"yarn_attn_factor", "attention_factor"}};
+    for (const auto& [gguf_key, hf_key] : keys)
+        if (f.contains(P + gguf_key)) rp[hf_key] = f.get_float(P + gguf_key);
+    if (f.contains(P + "original_context_length"))
+        rp["original_max_position_embeddings"] = meta_int(f, P + "original_context_length");
+}
+
+}  // namespace
+
 GgufModelConfig read_gguf_model_config(const GgufFile& file) {
     const GgufFile* f = &file;
     const std::string& path = file.path();
@@ -331,12 +356,14 @@ GgufModelConfig read_gguf_model_config(const GgufFile& file) {
                              {"partial_rotary_factor", head_dim > 0 ? static_cast<double>(rot) / head_dim : 0.0},
                              {"mrope_section", sec},
                              {"mrope_interleaved", true}};
+    read_rope_scaling(*f, A, tc["rope_parameters"]);
     const int64_t hk = meta_int(*f, A + "ssm.group_count"), hv = meta_int(*f, A + "ssm.time_step_rank");
     tc["linear_num_key_heads"] = hk;
     tc["linear_num_value_heads"] = hv;
     tc["linear_key_head_dim"] = meta_int(*f, A + "ssm.state_size");
     tc["linear_value_head_dim"] = hv > 0 ? meta_int(*f, A + "ssm.inner_size") / hv : 0;
     tc["linear_conv_kernel_dim"] = meta_int(*f, A + "ssm.conv_kernel");
+    if (f->contains(A + "ssm.norm_gate")) tc["output_gate_type"] = f->get_string(A + "ssm.norm_gate");
     tc["max_position_embeddings"] = f->contains(A + "context_length") ? meta_int(*f, A + "context_length") : 262144;
     tc["tie_word_embeddings"] = f->find_tensor("output.weight") == nullptr;
     nlohmann::json cj = {{"architectures", {"Qwen3_5ForConditionalGeneration"}},

@@ -185,9 +185,9 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
 }
 
 void rms_norm_gated(const float* x, const float* z, int64_t rows, int64_t d, const float* w, float eps,
-                    float* y) {
+                    float* y, NormGate gate) {
     rms_norm(x, rows, d, w, eps, y);
-    for (int64_t i = 0; i < rows * d; ++i) y[i] *= silu(z[i]);
+    for (int64_t i = 0; i < rows * d; ++i) y[i] *= gate == NormGate::Silu ? silu(z[i]) : sigmoid(z[i]);
 }
 
 // Compiler-vectorised clones for AVX-512 and AVX2 machines and the baseline, picked by the loader from the
@@ -214,7 +214,7 @@ CLEF_CLONES double sum_sq(const float* x, int64_t d) {
     return ss;
 }
 
-// mode 0: w plain (null = ones), 1: (1 + w), 2: w plain then * silu(z)
+// mode 0: w plain (null = ones), 1: (1 + w), 2: w plain then * silu(z), 3: w plain then * sigmoid(z)
 CLEF_CLONES void norm_row(const float* x, const float* z, int64_t d, const float* w, float inv, int mode,
                           float* y) {
     if (mode == 1) {
@@ -230,6 +230,9 @@ CLEF_CLONES void norm_row(const float* x, const float* z, int64_t d, const float
     if (mode == 2) {
 #pragma omp simd
         for (int64_t i = 0; i < d; ++i) y[i] *= z[i] / (1.f + exp_poly(-z[i]));
+    } else if (mode == 3) {
+#pragma omp simd
+        for (int64_t i = 0; i < d; ++i) y[i] *= 1.f / (1.f + exp_poly(-z[i]));
     }
 }
 
@@ -289,8 +292,8 @@ void silu_mul_fast(const float* gate, const float* up, int64_t n, float* out) {
 }
 
 void rms_norm_gated_fast(const float* x, const float* z, int64_t rows, int64_t d, const float* w, float eps,
-                         float* y) {
-    rms_rows(x, z, rows, d, w, eps, 2, y);
+                         float* y, NormGate gate) {
+    rms_rows(x, z, rows, d, w, eps, gate == NormGate::Silu ? 2 : 3, y);
 }
 
 void rms_norm_zc_fast(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* y) {

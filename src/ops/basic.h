@@ -81,12 +81,14 @@ void sigmoid_mul_fast(const float* x, const float* gate, int64_t n, float* out);
 // out = silu(gate) * up elementwise (the SwiGLU MLP); out may alias gate or up.
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 void silu_mul_fast(const float* gate, const float* up, int64_t n, float* out);
-// Gated RMSNorm of a GatedDeltaNet layer: y = rms_norm(x, w) * silu(z) for `rows` rows of d; z has x's
+// The gate of a GatedDeltaNet layer's norm: silu(z) (config "swish"/"silu", Qwen3.5's) or sigmoid(z).
+enum class NormGate { Silu, Sigmoid };
+// Gated RMSNorm of a GatedDeltaNet layer: y = rms_norm(x, w) * gate(z) for `rows` rows of d; z has x's
 // layout.
 void rms_norm_gated(const float* x, const float* z, int64_t rows, int64_t d, const float* w, float eps,
-                    float* y);
+                    float* y, NormGate gate = NormGate::Silu);
 void rms_norm_gated_fast(const float* x, const float* z, int64_t rows, int64_t d, const float* w, float eps,
-                         float* y);
+                         float* y, NormGate gate = NormGate::Silu);
 // Fast paths of rms_norm_zc, rms_norm, softmax_inplace and ops::l2_norm (ops/delta_rule.h); rows run in
 // parallel. Sums of squares and the softmax denominator are accumulated in double as in the references.
 void rms_norm_zc_fast(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* y);

@@ -5,22 +5,29 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <future>
+#include <initializer_list>
 #include <mutex>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "decision/engine.h"
 #include "decision/response.h"
 #include "image/image.h"
 #include "server/metrics.h"
 #include "server/peer.h"
+#include "server/static_routes.h"
 #include "server/transport.h"
 #include "util/error.h"
 #include "util/json.h"
+#include "util/text.h"
+#include "util/version.h"
 
 namespace clef {
 
@@ -36,7 +43,8 @@ struct Route {
     const char* method;
 };
 constexpr Route kRoutes[] = {
-    {"/v1/systemone", "POST"}, {"/v1/models", "GET"}, {"/health", "GET"}, {"/ready", "GET"}, {"/metrics", "GET"},
+    {"/v1/systemone", "POST"}, {"/v1/models", "GET"},   {"/health", "GET"},   {"/ready", "GET"},
+    {"/metrics", "GET"},       {"/api/version", "GET"}, {"/api/tags", "GET"}, {"/api/show", "POST"},
 };
 
 const Route* find_route(const std::string& path) {
@@ -54,6 +62,68 @@ std::string detail_object(const std::string& type, const std::string& message) {
 
 std::string detail_string(const std::string& message) {
     return write_json(error_detail_text(message));
+}
+
+// Ollama's error body.
+std::string ollama_error(const std::string& message) {
+    return write_json(JsonValue::object({{"error", JsonValue::string(message)}}));
+}
+
+// What the model does: System One decisions, with images and videos when its vision tower is loaded.
+JsonValue capabilities_json(const ModelCard& m) {
+    std::vector<JsonValue> caps = {str("systemone"), str("decision")};
+    if (m.vision) {
+        caps.push_back(str("vision"));
+        caps.push_back(str("video"));  // frame-list videos (docs/MEDIA.md "Videos")
+    }
+    return JsonValue::array(std::move(caps));
+}
+
+// Ollama's `details` of a model (/api/tags, /api/show).
+JsonValue ollama_details(const ModelCard& m) {
+    std::string level = m.quantization;
+    for (char& c : level) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return JsonValue::object({{"parent_model", str("")},
+                              {"format", str(m.format)},
+                              {"family", str("clef")},
+                              {"families", JsonValue::array({str("clef")})},
+                              {"parameter_size", str(parameter_size_text(m.parameter_count))},
+                              {"quantization_level", str(level)}});
+}
+
+// Ollama's `model_info`: the GGUF metadata keys of llama.cpp's clef architecture (tools/gguf_convert.cpp
+// writes the same), from the loaded configs.
+JsonValue ollama_model_info(const ModelCard& m) {
+    const TextConfig& t = m.config.text;
+    auto i = [](int64_t v) { return JsonValue::integer(v); };
+    JsonValue info = JsonValue::object({{"general.architecture", str("clef")},
+                                        {"general.basename", str(m.name)},
+                                        {"general.parameter_count", i(m.parameter_count)}});
+    if (m.file_type >= 0) info.set("general.file_type", i(m.file_type));
+    if (m.quantization_version >= 0) info.set("general.quantization_version", i(m.quantization_version));
+    for (const auto& [key, value] : std::initializer_list<std::pair<const char*, int64_t>>{
+             {"context_length", m.context_length},
+             {"embedding_length", t.hidden_size},
+             {"block_count", t.num_layers},
+             {"feed_forward_length", t.intermediate_size},
+             {"attention.head_count", t.num_heads},
+             {"attention.head_count_kv", t.num_kv_heads},
+             {"attention.key_length", t.head_dim},
+             {"full_attention_interval", full_attention_interval_of(t.layer_types)},
+             {"ssm.conv_kernel", t.linear_conv_kernel},
+             {"ssm.state_size", t.linear_key_head_dim},
+             {"ssm.group_count", t.linear_num_key_heads},
+             {"ssm.time_step_rank", t.linear_num_value_heads},
+             {"vocab_size", t.vocab_size}})
+        info.set(std::string("clef.") + key, i(value));
+    if (m.head) {
+        info.set("clef.decision.routing_block_count", i(m.head->routing_layers));
+        info.set("clef.decision.block_count", i(m.head->layers));
+        info.set("clef.decision.head_count", i(m.head->heads));
+        info.set("clef.decision.embedding_length", i(m.head->width));
+        info.set("clef.decision.feed_forward_length", i(m.head->feedforward));
+    }
+    return info;
 }
 
 // Content-Type policy (docs/API.md, "Limits and hostile input"): a body is JSON when the header is absent,
@@ -142,8 +212,11 @@ struct LatencyGuard {
     }
 };
 
+const char* const kDefaultDescription = "A Clef decision model served by clef.cpp.";
+
 struct Job {
     Engine::Prepared prepared;
+    uint64_t memory = 0;  // the decision's memory plan (DecisionMemoryBudget)
     std::promise<Outcome> promise;
     std::atomic<bool> abandoned{false};
     std::string remote_addr;
@@ -168,15 +241,28 @@ struct Server::Impl {
     std::mutex qmu;
     std::condition_variable qcv;
     std::deque<std::shared_ptr<Job>> queue;
+    DecisionMemoryBudget memory;    // set by load() before ready
+    uint64_t memory_in_flight = 0;  // the worker's decisions' plans (worker thread only)
     bool worker_exit = false;
+    // The names given in the options until the model is loaded, then the loaded model's card (written once,
+    // before `ready` is set: read it only through model()).
+    ModelCard initial_card, loaded_card;
 
-    Impl(ServerOptions o, Loader l) : opt(std::move(o)), loader(std::move(l)) {}
+    Impl(ServerOptions o, Loader l) : opt(std::move(o)), loader(std::move(l)) {
+        initial_card.name = opt.model_name;
+        for (const std::string& a : opt.aliases)
+            if (a != opt.model_name) initial_card.aliases.push_back(a);
+        initial_card.description = opt.description.empty() ? kDefaultDescription : opt.description;
+    }
+
+    const ModelCard& model() const { return ready ? loaded_card : initial_card; }
+    ModelCard describe(std::optional<ModelCard> given, const Engine& e) const;
 
     bool known_model(const std::string& name) const {
-        if (name == opt.model_name) return true;
-        for (const auto& a : opt.aliases)
-            if (name == a) return true;
-        return false;
+        const ModelCard& m = model();
+        std::vector<std::string> names = m.aliases;
+        names.push_back(m.name);
+        return names_model(names, name);
     }
 
     void respond(httplib::Response& res, int status, const std::string& body) {
@@ -201,6 +287,10 @@ struct Server::Impl {
     bool enqueue(const std::shared_ptr<Job>& job, httplib::Response& res);
     void await_outcome(Job& job, std::future<Outcome>& fut, httplib::Response& res);
     void handle_models(httplib::Response& res);
+    bool fits_memory(Job& job, httplib::Response& res);
+    void handle_ollama_tags(httplib::Response& res);
+    void handle_ollama_show(const httplib::Request& req, httplib::Response& res,
+                            const httplib::ContentReader& read);
     void worker_loop();
     void load();
     struct Running;
@@ -238,7 +328,8 @@ void Server::Impl::setup_routes() {
     });
     http.Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
         if (ready)
-            respond(res, 200, write_json(JsonValue::object({{"status", str("ready")}, {"model", str(opt.model_name)}})));
+            respond(res, 200,
+                    write_json(JsonValue::object({{"status", str("ready")}, {"model", str(model().name)}})));
         else
             respond(res, 503, load_failed ? R"({"status":"failed"})" : R"({"status":"loading"})");
     });
@@ -246,6 +337,17 @@ void Server::Impl::setup_routes() {
         res.status = 200;
         res.set_content(metrics.render(), "text/plain; version=0.0.4");
     });
+    // Ollama's discovery routes (docs/API.md, "Ollama clients").
+    http.Get("/api/version", [this](const httplib::Request&, httplib::Response& res) {
+        respond(res, 200, write_json(JsonValue::object({{"version", str(kClefVersion)}})));
+    });
+    http.Get("/api/tags",
+             [this](const httplib::Request&, httplib::Response& res) { handle_ollama_tags(res); });
+    http.Post("/api/show",
+              [this](const httplib::Request& req, httplib::Response& res,
+                     const httplib::ContentReader& read) { handle_ollama_show(req, res, read); });
+
+    register_static_routes(http);  // the playground page and /openapi.json (static_routes.h)
 
     http.set_error_handler(httplib::Server::HandlerWithResponse(
         [this](const httplib::Request& req, httplib::Response& res) { return handle_error(req, res); }));
@@ -283,30 +385,26 @@ bool Server::Impl::refuse_content_length(const httplib::Request& req, httplib::R
     return true;
 }
 
-// With API keys configured, /v1/ routes need "Authorization: Bearer <key>": true when it answered 403 or 401.
+// With API keys configured, the routes that describe or run the model (/v1/, Ollama's /api/ but its version)
+// need "Authorization: Bearer <key>": true when it answered 403 or 401 (an Ollama route in Ollama's shape).
 bool Server::Impl::refuse_unauthenticated(const httplib::Request& req, httplib::Response& res,
                                           bool has_body) {
-    if (opt.api_keys.empty() || req.path.rfind("/v1/", 0) != 0) return false;
-    std::string auth = req.get_header_value("Authorization");
-    if (auth.empty()) {
+    const bool ollama = req.path.rfind("/api/", 0) == 0;
+    if (opt.api_keys.empty() || (req.path.rfind("/v1/", 0) != 0 && !ollama) || req.path == "/api/version")
+        return false;
+    auto refuse = [&](int status, const char* message) {
         if (has_body) HardenedHttpServer::close_after_response(res);
-        respond(res, 403,
-                detail_object("authentication_error",
-                              "Must supply an API key! Check your request and try again."));
+        respond(res, status, ollama ? ollama_error(message) : detail_object("authentication_error", message));
         return true;
-    }
+    };
+    std::string auth = req.get_header_value("Authorization");
+    if (auth.empty()) return refuse(403, "Must supply an API key! Check your request and try again.");
     const std::string prefix = "Bearer ";
     std::string given = auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0
                             ? auth.substr(prefix.size())
                             : std::string();
-    if (!key_matches(given, opt.api_keys)) {
-        if (has_body) HardenedHttpServer::close_after_response(res);
-        respond(
-            res, 401,
-            detail_object("authentication_error",
-                          "Cannot authenticate with the server. Please check your API key and try again."));
-        return true;
-    }
+    if (!key_matches(given, opt.api_keys))
+        return refuse(401, "Cannot authenticate with the server. Please check your API key and try again.");
     return false;
 }
 
@@ -354,52 +452,134 @@ void Server::Impl::handle_exception(httplib::Response& res, std::exception_ptr e
     respond(res, 500, detail_object("internal_error", what));
 }
 
-// Counts every request in the metrics; with log_requests, writes one JSON line per request on stderr.
+// Counts every request in the metrics; with a log format, writes one line per request on stderr: the request
+// id, method, route (never the raw target), status, and for a decision the model, its input tokens and its
+// queue / compute / total milliseconds. Nothing from the body or the headers a client chose (keys, state).
 void Server::Impl::log_request(const httplib::Request& req, const httplib::Response& res) {
     const Route* r = find_route(req.path);
     metrics.count_request(r ? r->path : "other", res.status);
-    if (!opt.log_requests) return;
+    if (opt.log_format == LogFormat::None) return;
     JsonValue line = JsonValue::object();
     line.set("id", str(res.get_header_value("x-typesafe-request-id")));
     line.set("method", str(req.method));
     line.set("path", str(r ? r->path : "other"));
     line.set("status", JsonValue::integer(res.status));
-    for (const char* h : {"x-clef-input-tokens", "x-clef-queue-ms", "x-clef-compute-ms", "x-clef-total-ms"}) {
-        std::string v = res.get_header_value(h);
-        if (!v.empty()) line.set(std::string(h + 7), JsonValue::number(std::strtod(v.c_str(), nullptr)));
+    if (r && std::string(r->path) == "/v1/systemone" && res.status == 200)
+        line.set("model", str(model().name));
+    if (res.has_header("x-clef-input-tokens"))
+        line.set("input_tokens",
+                 JsonValue::integer(std::atoll(res.get_header_value("x-clef-input-tokens").c_str())));
+    for (const auto& [key, header] :
+         {std::pair{"queue_ms", "x-clef-queue-ms"}, std::pair{"compute_ms", "x-clef-compute-ms"},
+          std::pair{"total_ms", "x-clef-total-ms"}}) {
+        if (!res.has_header(header)) continue;
+        const double ms = std::strtod(res.get_header_value(header).c_str(), nullptr);
+        line.set(key, JsonValue::number(std::round(ms * 1e3) / 1e3));
     }
-    std::string s = write_json(line) + "\n";
-    std::fwrite(s.data(), 1, s.size(), stderr);
+    std::string text;
+    if (opt.log_format == LogFormat::Json) {
+        text = write_json(line);
+    } else {  // "req_… POST /v1/systemone 200 model=clef-flash input_tokens=42 queue_ms=0.1 …"
+        for (const auto& [key, value] : line.members()) {
+            if (!text.empty()) text += ' ';
+            if (key != "id" && key != "method" && key != "path" && key != "status") text += key + "=";
+            text += value.is_string() ? value.as_string() : write_json(value);
+        }
+    }
+    text += "\n";
+    std::fwrite(text.data(), 1, text.size(), stderr);
 }
 
+// GET /v1/models: the model card, then one card per other name it answers to.
 void Server::Impl::handle_models(httplib::Response& res) {
+    const bool loaded = ready;
+    const ModelCard& m = loaded ? loaded_card : initial_card;
     auto card = [&](const std::string& name, const std::string& description) {
         JsonValue c = JsonValue::object();
         c.set("name", str(name));
         c.set("description", str(description));
-        c.set("release_date", str(opt.release_date));
-        std::vector<JsonValue> caps;
-        for (const auto& cap : opt.capabilities) caps.push_back(str(cap));
-        c.set("capabilities", JsonValue::array(std::move(caps)));
-        c.set("context_length", JsonValue::integer(opt.max_tokens));
-        c.set("quantization", str(opt.quantization));
-        c.set("ready", JsonValue::boolean(ready.load()));
+        c.set("release_date", str(m.release_date));  // "" when unknown: the official SDK types it as a string
+        c.set("capabilities", capabilities_json(m));
+        if (m.context_length > 0) c.set("context_length", JsonValue::integer(m.context_length));
+        c.set("max_prompt_tokens", JsonValue::integer(opt.max_tokens));
+        if (!m.quantization.empty()) c.set("quantization", str(m.quantization));
+        if (m.parameter_count > 0) c.set("parameter_count", JsonValue::integer(m.parameter_count));
+        if (!m.format.empty()) c.set("format", str(m.format));
+        c.set("ready", JsonValue::boolean(loaded));
         return c;
     };
     std::vector<JsonValue> cards;
-    JsonValue main = card(opt.model_name, opt.description);
-    std::vector<JsonValue> aliases;
-    for (const auto& a : opt.aliases) aliases.push_back(str(a));
-    main.set("aliases", JsonValue::array(std::move(aliases)));
-    cards.push_back(std::move(main));
-    for (const auto& a : opt.aliases) {
-        JsonValue c = card(a, "Alias of " + opt.model_name + ".");
-        c.set("alias_of", str(opt.model_name));
-        cards.push_back(std::move(c));
+    if (!m.name.empty()) {
+        JsonValue main = card(m.name, m.description);
+        std::vector<JsonValue> aliases;
+        for (const auto& a : m.aliases) aliases.push_back(str(a));
+        main.set("aliases", JsonValue::array(std::move(aliases)));
+        cards.push_back(std::move(main));
+        for (const auto& a : m.aliases) {
+            JsonValue c = card(a, "Alias of " + m.name + ".");
+            c.set("alias_of", str(m.name));
+            cards.push_back(std::move(c));
+        }
     }
-    JsonValue body = JsonValue::object();
-    body.set("models", JsonValue::array(std::move(cards)));
-    respond(res, 200, write_json(body));
+    respond(res, 200, write_json(JsonValue::object({{"models", JsonValue::array(std::move(cards))}})));
+}
+
+// GET /api/tags (Ollama's model list): the loaded model under its canonical name; nothing while it loads.
+void Server::Impl::handle_ollama_tags(httplib::Response& res) {
+    std::vector<JsonValue> models;
+    if (ready) {
+        const ModelCard& m = loaded_card;
+        models.push_back(JsonValue::object({{"name", str(m.name)},
+                                            {"model", str(m.name)},
+                                            {"modified_at", str(m.modified_at)},
+                                            {"size", JsonValue::integer(static_cast<int64_t>(m.size_bytes))},
+                                            {"digest", str(m.digest)},
+                                            {"details", ollama_details(m)}}));
+    }
+    respond(res, 200, write_json(JsonValue::object({{"models", JsonValue::array(std::move(models))}})));
+}
+
+// POST /api/show {"model": NAME} (or "name"): Ollama's model details; 404 for a name the model does not
+// answer to. Any Content-Type but multipart is read as JSON (Ollama's own examples send `curl -d`, a form
+// type).
+void Server::Impl::handle_ollama_show(const httplib::Request& req, httplib::Response& res,
+                                      const httplib::ContentReader& read) {
+    if (req.is_multipart_form_data()) {
+        HardenedHttpServer::close_after_response(res);
+        respond(res, 415, ollama_error("the body must be JSON"));
+        return;
+    }
+    std::string text;
+    if (!read_body(res, read, text)) return;
+    JsonValue body;
+    JsonParseError perr;
+    JsonParseOptions popt;
+    popt.max_depth = opt.max_json_depth;
+    if (!parse_json(text, body, perr, popt) || !body.is_object()) {
+        respond(res, 400, ollama_error("invalid JSON body"));
+        return;
+    }
+    const JsonValue* name = body.find("model");
+    if (!name || !name->is_string()) name = body.find("name");
+    if (!name || !name->is_string() || name->as_string().empty()) {
+        respond(res, 400, ollama_error("model is required"));
+        return;
+    }
+    if (!ready) {
+        res.set_header("retry-after", "1");
+        respond(res, 503, ollama_error(load_failed ? "the model failed to load" : "the model is loading"));
+        return;
+    }
+    if (!known_model(name->as_string())) {
+        respond(res, 404, ollama_error("model '" + name->as_string() + "' not found"));
+        return;
+    }
+    const ModelCard& m = loaded_card;
+    respond(res, 200,
+            write_json(JsonValue::object({{"details", ollama_details(m)},
+                                          {"model_info", ollama_model_info(m)},
+                                          {"capabilities", capabilities_json(m)},
+                                          {"modified_at", str(m.modified_at)}})));
 }
 
 void Server::Impl::handle_systemone(const httplib::Request& req, httplib::Response& res,
@@ -477,7 +657,7 @@ bool Server::Impl::parse_decision(const std::string& text, httplib::Response& re
         respond(res, 400, detail_object("api_usage_error", "Unknown model: " + dreq.model));
         return false;
     }
-    dreq.model = opt.model_name;
+    dreq.model = model().name;
     return true;
 }
 
@@ -496,12 +676,31 @@ std::shared_ptr<Job> Server::Impl::prepare_job(const httplib::Request& req, http
         respond(res, 400, detail_object("api_usage_error", e.what()));
         return nullptr;
     }
+    if (!fits_memory(*job, res)) return nullptr;
     job->remote_addr = req.remote_addr;
     job->remote_port = req.remote_port;
     job->local_port = req.local_port;
     job->enqueued = Clock::now();
     job->deadline = t0 + std::chrono::milliseconds(static_cast<int64_t>(opt.request_timeout_s * 1e3));
     return job;
+}
+
+// Whether the decision's memory plan fits the budget at all (answered 400 otherwise); sets job.memory.
+bool Server::Impl::fits_memory(Job& job, httplib::Response& res) {
+    if (!memory.need) return true;
+    const int64_t tokens = static_cast<int64_t>(job.prepared.prompt.input_ids.size());
+    job.memory = memory.need(tokens);
+    if (job.memory <= memory.budget) return true;
+    const auto mib = [](uint64_t b) { return with_thousands(static_cast<int64_t>(b >> 20)); };
+    const uint64_t need_up = job.memory + (uint64_t{1} << 20) - 1;  // never shown as equal to the budget
+    respond(res, 400,
+            detail_object("max_tokens_exceeded",
+                          "This decision of " + with_thousands(tokens) + " tokens needs " + mib(need_up) +
+                              " MiB (the memory plan); the memory limit leaves " + mib(memory.budget) +
+                              " MiB for decisions (" + memory.limit +
+                              "). Send a shorter state or raise the "
+                              "limit (--memory-limit-mib)."));
+    return false;
 }
 
 // Hands the job to the worker; false when the queue is full (answered 529).
@@ -540,6 +739,7 @@ void Server::Impl::await_outcome(Job& job, std::future<Outcome>& fut, httplib::R
                       "queue;dur=%.3f, compute;dur=%.3f, cache;desc=\"%lld tokens reused\"",
                       out.queue_s * 1e3, out.compute_s * 1e3, static_cast<long long>(out.tokens_reused));
         res.set_header("Server-Timing", timing);
+        if (!opt.answers.calibration.empty()) res.set_header("x-clef-calibration", opt.answers.calibration);
     }
     respond(res, out.status == 0 ? 499 : out.status, out.body);
 }
@@ -613,13 +813,17 @@ bool Server::Impl::take_jobs(std::vector<Running>& running) {
     if (running.empty()) qcv.wait(lock, [&] { return worker_exit || !queue.empty(); });
     if (running.empty() && queue.empty()) return false;  // worker_exit and nothing left
     while (!queue.empty() && running.size() < std::max<size_t>(opt.max_in_flight, 1)) {
+        // Decisions in flight together stay within the memory budget (each alone fits: fits_memory).
+        if (!running.empty() && memory_in_flight + queue.front()->memory > memory.budget && memory.need)
+            break;
         std::shared_ptr<Job> job = std::move(queue.front());
         queue.pop_front();
         metrics.set_queue_depth(static_cast<int64_t>(queue.size()));
         Running r{std::move(job), nullptr, {}, Clock::now()};
-        if (admit(*r.job, r.out))
+        if (admit(*r.job, r.out)) {
+            memory_in_flight += r.job->memory;
             running.push_back(std::move(r));
-        else
+        } else
             r.job->promise.set_value(std::move(r.out));
     }
     return true;
@@ -635,16 +839,41 @@ void Server::Impl::worker_loop() {
                 ++i;
                 continue;
             }
+            memory_in_flight -= running[i].job->memory;
             running[i].job->promise.set_value(std::move(running[i].out));
             running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
         }
     }
 }
 
+// The loaded model's card: the loader's (its files' facts) or, without one, what the engine's config says;
+// whether images work from the engine; the names from the card and the options.
+ModelCard Server::Impl::describe(std::optional<ModelCard> given, const Engine& e) const {
+    ModelCard m;
+    if (given) {
+        m = std::move(*given);
+    } else {
+        m.config = e.config();
+        m.checkpoint_name = checkpoint_model_name(m.config.text);
+        m.context_length = m.config.text.context_length();
+        m.release_date = published_release_date(m.config.text);
+    }
+    m.vision = e.vision() != nullptr;
+    const std::vector<std::string> names = served_names(m, opt.model_name, opt.aliases);
+    m.name = names.front();
+    m.aliases.assign(names.begin() + 1, names.end());
+    m.description = initial_card.description;
+    return m;
+}
+
 void Server::Impl::load() {
     const auto t = Clock::now();
     try {
-        engine = loader();
+        LoadedModel loaded = loader();
+        if (!loaded.engine) throw Error("the loader returned no model");
+        engine = std::move(loaded.engine);
+        loaded_card = describe(std::move(loaded.card), *engine);
+        memory = std::move(loaded.memory);
         // Warm-up: one small decision touches every weight page and sizes the scratch buffers.
         JsonValue body = parse_json_or_throw(
             R"({"model":"warm-up","state":"warm-up","questions":{"ok":{"type":"noul","instructions":"ok?"}}})",
@@ -657,6 +886,11 @@ void Server::Impl::load() {
         metrics.set_model_load_seconds(seconds_since(t));
         ready = true;
         metrics.set_ready(true);
+        std::string names = loaded_card.name;
+        for (size_t i = 0; i < loaded_card.aliases.size(); ++i)
+            names += (i ? ", " : " (also ") + loaded_card.aliases[i] +
+                     (i + 1 == loaded_card.aliases.size() ? ")" : "");
+        std::fprintf(stderr, "clef: ready in %.1f s: model %s\n", seconds_since(t), names.c_str());
     } catch (const std::exception& e) {
         error = std::string("loading the model failed: ") + e.what();
         load_failed = true;

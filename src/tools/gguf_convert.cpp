@@ -72,6 +72,29 @@ void write_general_metadata(GgufWriter& w, const std::string& model_dir, const C
     w.add_uint32("general.quantization_version", 2);
 }
 
+// RoPE scaling in llama.cpp's keys (A + "rope.scaling.*"), which describe none, linear and yarn; an attention
+// factor other than yarn's default goes to yarn_attn_factor, where llama.cpp's converter puts transformers'
+// attention_factor. The other types, and yarn without truncation, are refused.
+void write_rope_scaling(GgufWriter& w, const std::string& A, const ops::RopeScaling& s,
+                        const std::string& config_path) {
+    using ops::RopeType;
+    if (s.type == RopeType::Default) return;
+    const std::string name = ops::rope_type_name(s.type);
+    if (s.type != RopeType::Linear && s.type != RopeType::Yarn)
+        throw Error(config_path + ": rope type " + name +
+                    " has no GGUF description (llama.cpp's rope.scaling keys describe linear and yarn only)");
+    if (!s.truncate)
+        throw Error(config_path + ": yarn with truncate false has no GGUF description (llama.cpp truncates)");
+    w.add_string(A + "rope.scaling.type", name);
+    w.add_float32(A + "rope.scaling.factor", static_cast<float>(s.factor));
+    if (s.type == RopeType::Linear) return;
+    w.add_uint32(A + "rope.scaling.original_context_length", static_cast<uint32_t>(s.original_max));
+    w.add_float32(A + "rope.scaling.yarn_beta_fast", static_cast<float>(s.beta_fast));
+    w.add_float32(A + "rope.scaling.yarn_beta_slow", static_cast<float>(s.beta_slow));
+    if (s.attention_factor != ops::yarn_get_mscale(s.factor))
+        w.add_float32(A + "rope.scaling.yarn_attn_factor", static_cast<float>(s.attention_factor));
+}
+
 // The backbone's hyperparameters under the architecture prefix A ("clef." / "qwen35."); config_path is the
 // config.json they come from, for the error when the layer types cannot be described.
 void write_text_metadata(GgufWriter& w, const std::string& A, const TextConfig& c,
@@ -90,6 +113,7 @@ void write_text_metadata(GgufWriter& w, const std::string& A, const TextConfig& 
     std::vector<int32_t> sections(c.mrope_section.begin(), c.mrope_section.end());
     sections.resize(4, 0);
     w.add_int32_array(A + "rope.dimension_sections", sections);
+    write_rope_scaling(w, A, c.rope_scaling, config_path);
     const int interval = full_attention_interval_of(c.layer_types);
     if (interval == 0)
         throw Error(config_path +
@@ -100,6 +124,12 @@ void write_text_metadata(GgufWriter& w, const std::string& A, const TextConfig& 
     w.add_uint32(A + "ssm.group_count", c.linear_num_key_heads);
     w.add_uint32(A + "ssm.time_step_rank", c.linear_num_value_heads);
     w.add_uint32(A + "ssm.inner_size", c.linear_num_value_heads * c.linear_value_head_dim);
+    if (c.gdn_norm_gate == ops::NormGate::Sigmoid) {
+        if (A != "clef.")
+            throw Error(config_path + ": output_gate_type sigmoid has no key in llama.cpp's " +
+                        A.substr(0, A.size() - 1) + " architecture (convert with --arch clef)");
+        w.add_string(A + "ssm.norm_gate", "sigmoid");  // clef's own key; absent = silu
+    }
 }
 
 // The joint head's hyperparameters (--arch clef), under the same prefix A.

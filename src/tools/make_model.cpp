@@ -35,6 +35,7 @@ struct Preset {
     VisionConfig vision;
     HeadConfig head;
     int64_t img_shortest = 0, img_longest = 0, vid_shortest = 0, vid_longest = 0;
+    bool output_gate_key = false;  // text_config.output_gate_type "swish", as Cloudflare/clef's config has
 };
 
 void set_text(TextConfig& t, int hidden, int layers, int heads, int kv_heads, int head_dim, int lin_k_heads,
@@ -85,8 +86,15 @@ Preset preset_of(const MakeModelOptions& opt) {
         set_head(d.head, 4096, 1024, 16, 4096, 2, 4);
         set_vision(d.vision, 27, 1152, 16, 4304, 2304, 4096);
         d.img_shortest = 65536, d.img_longest = 16777216, d.vid_shortest = 4096, d.vid_longest = 25165824;
+    } else if (opt.preset == "clef27-shaped") {  // shared reference clef-architecture.md §3.4
+        set_text(d.text, 5120, 64, 24, 4, 256, 16, 48, 128, 17408, 248320, {11, 11, 10});
+        set_head(d.head, 5120, 1024, 16, 4096, 2, 4);
+        set_vision(d.vision, 27, 1152, 16, 4304, 2304, 5120);
+        d.img_shortest = 65536, d.img_longest = 16777216, d.vid_shortest = 4096, d.vid_longest = 25165824;
+        d.output_gate_key = true;
     } else {
-        throw Error("make-model: unknown preset '" + opt.preset + "' (expected tiny or flash-shaped)");
+        throw Error("make-model: unknown preset '" + opt.preset +
+                    "' (expected tiny, flash-shaped or clef27-shaped)");
     }
     if (opt.layers != -1) {
         if (opt.layers < 1 || opt.layers > 1024)
@@ -528,6 +536,7 @@ std::string config_json(const Preset& d, bool vision) {
     t["linear_key_head_dim"] = d.text.linear_key_head_dim;
     t["linear_value_head_dim"] = d.text.linear_value_head_dim;
     t["linear_conv_kernel_dim"] = d.text.linear_conv_kernel;
+    if (d.output_gate_key) t["output_gate_type"] = "swish";
     t["max_position_embeddings"] = 262144;
     t["mtp_num_hidden_layers"] = 0;
     t["tie_word_embeddings"] = false;

@@ -8,6 +8,9 @@
 //   flash-shaped  Clef-Flash's real widths (hidden 4096, FFN 12288, vocab 248320, 16/4 attention heads of
 //                 256, 16/32 GDN heads of 128, head width 1024, vision depth 27 / hidden 1152); 32 layers by
 //                 default (~19 GB), so the weights are generated and written block by block.
+//   clef27-shaped Clef's (27B) widths (hidden 5120, FFN 17408, 24/4 attention heads of 256, 16/48 GDN heads
+//   of
+//                 128, head hidden 5120, vision out 5120, output_gate_type "swish"); 64 layers by default.
 // The layer pattern is Qwen3.5's with the default interval (model/config.h), whatever the number of layers.
 //
 // The tensors, their shapes, dtypes (BF16, the decay logs F32) and how each is drawn are model/tensors.h's
@@ -31,8 +34,8 @@
 namespace clef {
 
 struct MakeModelOptions {
-    std::string preset;  // "tiny" | "flash-shaped"
-    int layers = -1;     // -1: the preset's default (tiny 8, flash-shaped 32)
+    std::string preset;  // "tiny" | "flash-shaped" | "clef27-shaped"
+    int layers = -1;     // -1: the preset's default (tiny 8, flash-shaped 32, clef27-shaped 64)
     uint64_t seed = 1;
     bool vision = true;      // false: no vision_config and no model.visual.* tensors
     size_t shard_bytes = 0;  // > 0: model-0000k-of-0000n.safetensors shards of at most this many tensor bytes

@@ -12,8 +12,10 @@
 #include "io/gguf.h"
 #include "model/gguf_model.h"
 #include "model/tensors.h"
+#include "ops/gemm.h"
 #include "quant/quant.h"
 #include "tools/gguf_convert.h"
+#include "tools/gguf_types.h"
 #include "util/error.h"
 #include "util/text.h"
 
@@ -738,50 +740,91 @@ StoredTensor::Kind stored_kind_ggml(uint32_t type) {
 // bytes per token or merge, ~5 bytes per byte of tokenizer.json.
 constexpr uint64_t kTokenizerPerEntry = 180, kTokenizerPerJsonByte = 5;
 
-MemoryPlan directory_memory_plan(const std::string& path, const MemoryPlanInput& in) {
+// What a plan reads from a model's files, kept open so that plans of any size need no further reads.
+struct PlanSources {
+    ModelConfig config;
+    std::optional<HeadConfig> head;
+    ModelSources src;
+    std::shared_ptr<const void> files;  // what src's functions read
+};
+
+PlanSources directory_plan_sources(const std::string& path) {
     const ModelDir dir = locate_model_dir(path);
     const ModelDirConfig config = load_model_dir_config(dir);
-    const Checkpoint ck = Checkpoint::open(dir.weights_path);
-    const std::string prefix = detect_text_prefix(ck);
-    auto stored = [&ck](const std::string& name) -> std::optional<StoredTensor> {
-        const TensorView* t = ck.find(name);
+    auto ck = std::make_shared<const Checkpoint>(Checkpoint::open(dir.weights_path));
+    const std::string prefix = detect_text_prefix(*ck);
+    auto stored = [ck](const std::string& name) -> std::optional<StoredTensor> {
+        const TensorView* t = ck->find(name);
         if (!t) return std::nullopt;
         return StoredTensor{stored_kind(t->dtype), t->nbytes, false};
     };
-    ModelSources src;
-    src.text = [&](const TensorSpec& s) { return stored(text_name(s, prefix)); };
-    src.vision = [&](const TensorSpec& s) { return stored(s.hf); };
+    PlanSources p{config.model, config.head, {}, ck};
+    p.src.text = [stored, prefix](const TensorSpec& s) { return stored(text_name(s, prefix)); };
+    p.src.vision = [stored](const TensorSpec& s) { return stored(s.hf); };
     // The head file is mapped and read whole while the head converts it (decision/engine.cpp Engine::load).
-    src.head_source_bytes = dir.backbone_only ? 0 : file_bytes(dir.head_weights_path);
-    src.tokenizer_bytes = kTokenizerPerJsonByte * file_bytes(dir.tokenizer_path);
-    return plan_memory(config.model, config.head ? &*config.head : nullptr, src, in);
+    p.src.head_source_bytes = dir.backbone_only ? 0 : file_bytes(dir.head_weights_path);
+    p.src.tokenizer_bytes = kTokenizerPerJsonByte * file_bytes(dir.tokenizer_path);
+    return p;
 }
 
-MemoryPlan gguf_memory_plan(const std::string& path, const std::string& head_dir, const MemoryPlanInput& in) {
-    const GgufFile f = GgufFile::open(path);
-    const GgufModelConfig mc = read_gguf_model_config(f);
-    ModelSources src;
-    src.text = [&f](const TensorSpec& s) -> std::optional<StoredTensor> {
-        const GgufTensorInfo* t = f.find_tensor(s.gguf);
+PlanSources gguf_plan_sources(const std::string& path, const std::string& head_dir) {
+    auto f = std::make_shared<const GgufFile>(GgufFile::open(path));
+    const GgufModelConfig mc = read_gguf_model_config(*f);
+    PlanSources p{mc.config, mc.head_config, {}, f};
+    p.src.text = [f](const TensorSpec& s) -> std::optional<StoredTensor> {
+        const GgufTensorInfo* t = f->find_tensor(s.gguf);
         if (!t) return std::nullopt;
         return StoredTensor{stored_kind_ggml(t->ggml_type), t->nbytes, true};
     };
     for (const char* key : {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"})
-        if (f.contains(key)) src.tokenizer_bytes += kTokenizerPerEntry * f.get_string_array(key).size();
-    std::optional<HeadConfig> head = mc.head_config;
-    uint64_t& head_source = src.head_source_bytes;
-    if (head) {  // the file's head tensors, read from the mapping into fp32 (model/gguf_model.cpp)
+        if (f->contains(key)) p.src.tokenizer_bytes += kTokenizerPerEntry * f->get_string_array(key).size();
+    uint64_t& head_source = p.src.head_source_bytes;
+    if (p.head) {  // the file's head tensors, read from the mapping into fp32 (model/gguf_model.cpp)
         std::map<std::string, uint64_t> bytes;
-        for_each_head_tensor(*head, [&](const TensorSpec& s) {
-            if (const GgufTensorInfo* t = f.find_tensor(s.gguf)) bytes[s.gguf] = t->nbytes;
+        for_each_head_tensor(*p.head, [&](const TensorSpec& s) {
+            if (const GgufTensorInfo* t = f->find_tensor(s.gguf)) bytes[s.gguf] = t->nbytes;
         });
-        head_source = static_cast<uint64_t>(head_params(*head)) * 4;
+        head_source = static_cast<uint64_t>(head_params(*p.head)) * 4;
         for (const auto& [name, n] : bytes) head_source += n;
     } else if (const std::optional<HeadFiles> h = gguf_head_files(path, head_dir)) {
-        head = load_head_config(h->config);
+        p.head = load_head_config(h->config);
         head_source = file_bytes(h->weights);
     }
-    return plan_memory(mc.config, head ? &*head : nullptr, src, in);
+    return p;
+}
+
+// A publisher-layout checkpoint of the config's shapes in BF16 (the published dtypes: model/tensors.h).
+ModelSources bf16_sources(const ModelConfig& config, const HeadConfig* head) {
+    ModelSources src;
+    auto stored = [](const TensorSpec& s) -> std::optional<StoredTensor> {
+        const uint64_t per = s.dtype == DType::BF16 || s.dtype == DType::F16 ? 2 : 4;
+        return StoredTensor{stored_kind(s.dtype), per * static_cast<uint64_t>(s.numel()), false};
+    };
+    src.text = stored;
+    if (config.vision) src.vision = stored;
+    src.head_source_bytes = head ? static_cast<uint64_t>(head_params(*head)) * 2 : 0;
+    return src;
+}
+
+// A GGUF of file type ft, each tensor in the type llama.cpp's rules give it (tools/gguf_types.h; an
+// importance matrix assumed where a type needs one); the head's matrices Q8_0, read into fp32 at load.
+ModelSources gguf_sources(const ModelConfig& config, const HeadConfig* head, GgufFileType ft) {
+    GgufMixContext ctx;
+    ctx.n_layers = config.text.num_layers;
+    ctx.n_gqa = config.text.num_heads / std::max(1, config.text.num_kv_heads);
+    ctx.has_output = !config.text.tie_word_embeddings;
+    ctx.has_imatrix = true;
+    ModelSources src;
+    src.text = [ft, ctx](const TensorSpec& s) -> std::optional<StoredTensor> {
+        const std::vector<uint64_t> dims = gguf_dims(s);
+        const uint32_t type = gguf_tensor_type(s.gguf, dims, ft, ctx);
+        const GgmlTypeTraits t = ggml_type_traits(type);
+        const uint64_t rows = static_cast<uint64_t>(s.numel()) / dims[0];
+        return StoredTensor{stored_kind_ggml(type), rows * ggml_row_bytes(t, dims[0]), true};
+    };
+    const uint64_t hp = head ? static_cast<uint64_t>(head_params(*head)) : 0;
+    src.head_source_bytes = hp * 4 + hp * 34 / 32;
+    return src;
 }
 
 double mib(uint64_t bytes) {
@@ -790,9 +833,45 @@ double mib(uint64_t bytes) {
 
 }  // namespace
 
+MemoryPlanInput machine_plan_input(int64_t tokens, const BackboneOptions& backbone) {
+    MemoryPlanInput in;
+    in.tokens = tokens;
+    in.schema_tokens = std::min(in.schema_tokens, tokens);
+    in.backbone = backbone;
+    ops::set_gemm_plan(ops::default_gemm_plan(backbone.precision));
+    in.onednn = ops::PackedLinear::auto_backend(ops::WeightType::BF16) == ops::GemmBackend::OneDnn;
+    in.exact_kernel = ops::gemm_plan().exact;
+    return in;
+}
+
+MemoryPlanner memory_planner(const std::string& model, const std::string& head_dir) {
+    auto p = std::make_shared<const PlanSources>(is_gguf_file(model) ? gguf_plan_sources(model, head_dir)
+                                                                     : directory_plan_sources(model));
+    return [p](const MemoryPlanInput& in) {
+        return plan_memory(p->config, p->head ? &*p->head : nullptr, p->src, in);
+    };
+}
+
 MemoryPlan compute_memory_plan(const std::string& model, const std::string& head_dir,
                                const MemoryPlanInput& in) {
-    return is_gguf_file(model) ? gguf_memory_plan(model, head_dir, in) : directory_memory_plan(model, in);
+    return memory_planner(model, head_dir)(in);
+}
+
+MemoryPlan config_memory_plan(const ModelConfig& config, const HeadConfig* head, const std::string& build,
+                              const MemoryPlanInput& in) {
+    ModelSources src;
+    GgufFileType ft{};
+    if (build == "bf16" || build == "safetensors")
+        src = bf16_sources(config, head);
+    else if (parse_gguf_file_type(build, ft))
+        src = gguf_sources(config, head, ft);
+    else
+        throw Error("--type: unknown build type '" + build +
+                    "' (bf16 for the publisher's safetensors, or a GGUF "
+                    "file type such as q8_0, q4_k_m, iq2_m)");
+    // tokenizer.json of the Qwen3.5 vocabulary: a token and a merge per entry (kTokenizerPerEntry each).
+    src.tokenizer_bytes = kTokenizerPerEntry * 2 * static_cast<uint64_t>(config.text.vocab_size);
+    return plan_memory(config, head, src, in);
 }
 
 std::string format_memory_plan(const MemoryPlan& p) {

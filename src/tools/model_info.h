@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -123,6 +124,18 @@ nlohmann::json model_info_to_json(const ModelInfo& info);
 // configs and the stored types and sizes of its tensors (no tensor data is read).
 MemoryPlan compute_memory_plan(const std::string& model, const std::string& head_dir,
                                const MemoryPlanInput& in);
+// The plan's input for a decision of `tokens` tokens on this machine: the engine's defaults
+// (decision/engine.h), the backbone options given, this CPU's GEMM backend for their precision (it sets the
+// process's GEMM plan).
+MemoryPlanInput machine_plan_input(int64_t tokens, const BackboneOptions& backbone = {});
+// The plans of one model at any request size: its files' headers are read once, by memory_planner().
+using MemoryPlanner = std::function<MemoryPlan(const MemoryPlanInput&)>;
+MemoryPlanner memory_planner(const std::string& model, const std::string& head_dir);
+// The plan of a model that exists only as its configs (e.g. the full Clef 27B): build "bf16" = the
+// publisher's safetensors, or a GGUF file type ("q4_k_m") with llama.cpp's per-tensor types. Throws on an
+// unknown build.
+MemoryPlan config_memory_plan(const ModelConfig& config, const HeadConfig* head, const std::string& build,
+                              const MemoryPlanInput& in);
 // The plan as a text section (MiB, with what each part is) and as a JSON object (bytes).
 std::string format_memory_plan(const MemoryPlan& plan);
 nlohmann::json memory_plan_to_json(const MemoryPlan& plan);

@@ -1,0 +1,106 @@
+#include "model/model_card.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+
+namespace clef {
+
+namespace {
+
+constexpr const char* kFlash = "clef-flash";
+constexpr const char* kClef = "clef";
+
+// "-9b", "-27b", "-9.5b" at the end of a normalised name (a size label), dropped.
+std::string without_size_label(std::string s) {
+    if (s.empty() || s.back() != 'b') return s;
+    size_t i = s.size() - 1;
+    while (i > 0 && (std::isdigit(static_cast<unsigned char>(s[i - 1])) || s[i - 1] == '.')) --i;
+    if (i == s.size() - 1 || i == 0 || s[i - 1] != '-') return s;
+    return s.substr(0, i - 1);
+}
+
+// A quantisation type as file names spell it: Q4_K_M, IQ2_M, TQ1_0, F16, BF16 (any letter case).
+bool quant_token(std::string_view t) {
+    size_t i = 0;
+    auto up = [&](size_t k) { return k < t.size() ? std::toupper(static_cast<unsigned char>(t[k])) : 0; };
+    if ((up(0) == 'I' || up(0) == 'T') && up(1) == 'Q') i = 1;
+    if (up(0) == 'B' && up(1) == 'F') i = 1;
+    if ((up(i) != 'Q' && up(i) != 'F') || !std::isdigit(up(i + 1))) return false;
+    return std::all_of(t.begin(), t.end(),
+                       [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+// The name without a quantisation suffix ("clef-flash-Q4_K_M" -> "clef-flash", "clef.Q8_0" -> "clef").
+std::string_view without_quant_suffix(std::string_view s) {
+    for (size_t p = 0; p < s.size(); ++p)
+        if ((s[p] == '-' || s[p] == '.') && quant_token(s.substr(p + 1))) return s.substr(0, p);
+    return s;
+}
+
+}  // namespace
+
+std::string checkpoint_model_name(const TextConfig& text) {
+    const int k = text.linear_num_key_heads, v = text.linear_num_value_heads;
+    if (k <= 0 || v % k != 0) return "";
+    if (v / k == 2) return kFlash;
+    if (v / k == 3) return kClef;
+    return "";
+}
+
+std::string known_model_name(std::string_view written) {
+    std::string s;
+    for (char c : written)
+        s += (c == ' ' || c == '_') ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (const size_t slash = s.rfind('/'); slash != std::string::npos) s = s.substr(slash + 1);
+    s = without_size_label(s);
+    return s == kFlash || s == kClef ? s : "";
+}
+
+std::string model_name_in_file_name(std::string_view stem) {
+    const std::string_view s = without_quant_suffix(stem);
+    if (std::string n = known_model_name(s); !n.empty()) return n;
+    // Hugging Face "Org/model" flattened to "Org_model" by the community converters.
+    const size_t underscore = s.find('_');
+    return underscore == std::string_view::npos ? "" : known_model_name(s.substr(underscore + 1));
+}
+
+std::string published_release_date(const TextConfig& t) {
+    // Cloudflare/clef-flash and Cloudflare/clef, announced together (docs/API.md, "Models").
+    const bool flash = t.hidden_size == 4096 && t.num_layers == 32 && t.linear_num_value_heads == 32;
+    const bool clef = t.hidden_size == 5120 && t.num_layers == 64 && t.linear_num_value_heads == 48;
+    return (flash || clef) && t.vocab_size == 248320 && t.linear_num_key_heads == 16 ? "2026-10-01" : "";
+}
+
+std::vector<std::string> served_names(const ModelCard& card, const std::string& name_override,
+                                      const std::vector<std::string>& aliases) {
+    const std::string from_file = model_name_in_file_name(card.file_name);
+    std::vector<std::string> candidates = {name_override, card.checkpoint_name, from_file, card.file_name};
+    candidates.insert(candidates.end(), aliases.begin(), aliases.end());
+    std::vector<std::string> names;
+    for (const std::string& n : candidates)
+        if (!n.empty() && std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+    if (names.empty()) names.push_back(kClef);
+    return names;
+}
+
+bool names_model(const std::vector<std::string>& names, std::string_view requested) {
+    constexpr std::string_view latest = ":latest";
+    if (requested.size() > latest.size() && requested.substr(requested.size() - latest.size()) == latest)
+        requested.remove_suffix(latest.size());
+    return std::find(names.begin(), names.end(), requested) != names.end();
+}
+
+std::string parameter_size_text(int64_t params) {
+    const double p = static_cast<double>(params);
+    const char* unit = p >= 1e9 ? "B" : p >= 1e6 ? "M" : p >= 1e3 ? "K" : "";
+    const double v = p >= 1e9 ? p / 1e9 : p >= 1e6 ? p / 1e6 : p >= 1e3 ? p / 1e3 : p;
+    const double one_decimal = std::round(v * 10) / 10;
+    char buf[32];
+    std::snprintf(buf, sizeof buf, one_decimal == std::floor(one_decimal) ? "%.0f%s" : "%.1f%s", one_decimal,
+                  unit);
+    return buf;
+}
+
+}  // namespace clef
