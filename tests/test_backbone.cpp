@@ -20,6 +20,7 @@
 #include "io/safetensors.h"
 #include "model/backbone.h"
 #include "model/config.h"
+#include "test_util.h"
 #include "util/error.h"
 
 namespace clef {
@@ -181,10 +182,11 @@ INSTANTIATE_TEST_SUITE_P(DeltaRule, Probe, ::testing::Values(false, true),
 
 TEST(Backbone, CasesLastHiddenState) {
     Fixture& f = fixture();
-    int answered = 0;
+    int answered = 0, index = 0;
     for (const json& c : f.cases["cases"]) {
         if (!c.contains("last_hidden_state")) continue;
         ++answered;
+        if (clef::testing::kSanitized && index++ % 4 != 0) continue;  // a sample there (test_util.h)
         const std::string name = c["name"].get<std::string>();
         const auto ids = ids_of(c["input_ids"]);
         const std::vector<double> want = flat(c["last_hidden_state"]);

@@ -1,4 +1,4 @@
-// Loopback load test (bounded by count: 16 keep-alive clients x 100 requests): every request succeeds and every
+// Loopback load test (bounded by count: 16 keep-alive clients x 50 requests; LOAD_REQUESTS=100 for the longer run): every request succeeds and every
 // answer equals the single-request answer. Prints requests/s and latency percentiles. The time bound is scaled
 // from this machine's measured single-request time (no assumption about the CPU's speed): the whole run may
 // take 4x the time of answering every request one after another (at least 60 s).
@@ -9,7 +9,7 @@ const http = require("node:http");
 const base = new URL(process.env.TYPESAFE_BASE_URL);
 const key = process.env.TYPESAFE_API_KEY;
 const CLIENTS = Number(process.env.LOAD_CLIENTS || 16);
-const REQUESTS = Number(process.env.LOAD_REQUESTS || 100);
+const REQUESTS = Number(process.env.LOAD_REQUESTS || 50);
 
 const body = JSON.stringify({
   model: "tiny-clef",
