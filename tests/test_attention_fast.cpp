@@ -2,6 +2,7 @@
 // strided rows, head dims 32 (tiny) and 256 (flash), lengths around the block sizes; a query chunk after a KV
 // cache against the matching rows of the full causal computation.
 // Bounds: Exact 1e-5 of max |v| (fp32 reordering only); BF16 2e-2 of max |v| (q, k, p, v rounded to bf16).
+// K/V stored as bf16 equal the fp32 kernel on the widened values.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "ops/attention_fast.h"
 #include "ops/basic.h"
 #include "util/error.h"
+#include "util/half.h"
 
 namespace clef {
 namespace {
@@ -75,7 +77,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionFast,
                          ::testing::Values(Case{1, 4, 2, 32, true}, Case{31, 4, 2, 32, true},
                                            Case{33, 4, 2, 32, true}, Case{130, 4, 2, 32, true},
                                            Case{130, 4, 2, 32, false}, Case{200, 4, 1, 256, true},
-                                           Case{65, 2, 2, 256, false}, Case{300, 8, 2, 256, true}));
+                                           Case{65, 2, 2, 256, false}, Case{300, 8, 2, 256, true},
+                                           Case{100, 6, 1, 256, true}, Case{70, 4, 2, 36, true},
+                                           Case{70, 4, 2, 40, false}, Case{129, 48, 4, 32, true}));
 
 TEST(AttentionFast, ChunkAfterCache) {
     const int64_t L = 150, lq = 37;
@@ -93,12 +97,45 @@ TEST(AttentionFast, ChunkAfterCache) {
     for (int64_t i = 0; i < lq * hq * dh; ++i) EXPECT_NEAR(out[i], ref[(L - lq) * hq * dh + i], 1e-5);
 }
 
+// K/V stored as bf16 bits (BackboneOptions::kv_bf16): the same as the fp32 kernel and the oracle on the
+// widened values, for GQA groups of 1, 4 and 6 heads and a chunk after a cache.
+TEST(AttentionFast, Bf16KvStorage) {
+    for (const auto& [L, lq, hq, hkv, dh] :
+         {std::tuple{150, 150, 4, 4, 32}, std::tuple{300, 77, 16, 4, 256}, std::tuple{97, 97, 6, 1, 64}}) {
+        std::mt19937 rng(static_cast<uint32_t>(L + hq));
+        std::normal_distribution<float> nd(0.f, 1.f);
+        const int64_t qd = int64_t(hq) * dh, kd = int64_t(hkv) * dh;
+        std::vector<float> q(L * qd), kw(L * kd), vw(L * kd);
+        std::vector<uint16_t> kb(L * kd), vb(L * kd);
+        for (float& x : q) x = nd(rng);
+        for (int64_t i = 0; i < L * kd; ++i) {
+            kb[i] = f32_to_bf16(nd(rng)), kw[i] = bf16_to_f32(kb[i]);
+            vb[i] = f32_to_bf16(nd(rng)), vw[i] = bf16_to_f32(vb[i]);
+        }
+        std::vector<float> ref(L * qd), got(lq * qd), f32(lq * qd);
+        const float scale = 1.f / std::sqrt(float(dh));
+        ops::attention(q.data(), qd, kw.data(), kd, vw.data(), kd, L, L, hq, hkv, dh, scale, true, ref.data(),
+                       qd);
+        const float* qc = q.data() + (L - lq) * qd;
+        ops::attention_fast(qc, qd, kb.data(), kd, vb.data(), kd, lq, L, hq, hkv, dh, scale, true, got.data(),
+                            qd);
+        ops::attention_fast(qc, qd, kw.data(), kd, vw.data(), kd, lq, L, hq, hkv, dh, scale, true, f32.data(),
+                            qd);
+        for (int64_t i = 0; i < lq * qd; ++i) {
+            ASSERT_EQ(got[i], f32[i]) << i;  // widening bf16 is exact: the same arithmetic
+            ASSERT_NEAR(got[i], ref[(L - lq) * qd + i], 1e-5) << i;
+        }
+    }
+}
+
 TEST(AttentionFast, BadShapes) {
     float x = 0;
     EXPECT_THROW(ops::attention_fast(&x, 1, &x, 1, &x, 1, 0, 1, 1, 1, 1, 1.f, true, &x, 1), Error);
     EXPECT_THROW(ops::attention_fast(&x, 1, &x, 1, &x, 1, 2, 1, 1, 1, 1, 1.f, true, &x, 1), Error);
     EXPECT_THROW(ops::attention_fast(&x, 1, &x, 1, &x, 1, 1, 1, 3, 2, 1, 1.f, true, &x, 1), Error);
     EXPECT_THROW(ops::attention_fast(nullptr, 1, &x, 1, &x, 1, 1, 1, 1, 1, 1, 1.f, true, &x, 1), Error);
+    uint16_t b = 0;
+    EXPECT_THROW(ops::attention_fast(&x, 1, &b, 1, &b, 1, 2, 1, 1, 1, 1, 1.f, true, &x, 1), Error);
 }
 
 }  // namespace

@@ -168,13 +168,15 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DecisionFixture, ::testing::Values(kFlash, kC
 
 // One backbone path with its bounds against the float64 goldens. The default fast path (PackedLinear,
 // attention_fast, Precision::Exact) and the scalar reference must meet the fp32 bounds; BF16 activations (an
-// opt-in) have their own, measured bounds (docs/PERFORMANCE.md).
+// opt-in) and a bf16 K/V cache (another) have their own, measured bounds (docs/PERFORMANCE.md,
+// docs/LONG_CONTEXT.md).
 struct ParityPath {
     const char* name;
     bool reference;
     bool chunked_delta_rule;
     ops::Precision precision;
     double hidden_max, hidden_mean, logits, probs, response;
+    bool kv_bf16 = false;  // the K/V cache stored as bf16 (BackboneOptions::kv_bf16)
 };
 
 class DecisionParity : public ::testing::TestWithParam<std::tuple<Fixture, ParityPath>> {};
@@ -201,6 +203,7 @@ TEST_P(DecisionParity, HiddenStatesLogitsProbabilitiesAndResponse) {
         opt.backbone.chunked_delta_rule = path.chunked_delta_rule;
         opt.backbone.reference = path.reference;
         opt.backbone.precision = path.precision;
+        opt.backbone.kv_bf16 = path.kv_bf16;
         const Engine& e = engine_of(fixture, path.precision);
         Decision d = e.decide(req, opt, /*keep_hidden=*/true);
         const auto& want_h = c.find("last_hidden_state")->items();
@@ -260,7 +263,9 @@ INSTANTIATE_TEST_SUITE_P(
                                          ParityPath{"Reference", true, true, ops::Precision::Exact, 5e-3,
                                                     2e-5, 2e-4, 2e-5, 1e-4 + 1e-12},
                                          ParityPath{"FastBF16", false, true, ops::Precision::BF16, 3.0, 3e-2,
-                                                    0.15, 1e-2, 5e-2})),
+                                                    0.15, 1e-2, 5e-2},
+                                         ParityPath{"FastKvBF16", false, true, ops::Precision::Exact, 0.2,
+                                                    5e-4, 3e-3, 3e-4, 1e-3, true})),
     [](const auto& info) {
         return std::string(std::get<0>(info.param).name) + "_" + std::get<1>(info.param).name;
     });

@@ -221,21 +221,7 @@ TEST(ImageDecision, RequestValidationOfImages) {
 
 namespace {
 
-using Running = clef::testing::RunningServer;
-
-Running& server() {
-    static Running r([] {
-        ServerOptions o;
-        o.model_name = "tiny-clef";
-        o.aliases = {"clef-flash"};
-        return o;
-    }());
-    return r;
-}
-
-httplib::Result post(const std::string& body) {
-    return server().client().Post("/v1/systemone", body, "application/json");
-}
+using clef::testing::post_decision;
 
 std::string with_images(const std::string& images_json, const std::string& state = "\"s\"") {
     return R"({"model":"clef-flash","state":)" + state +
@@ -251,7 +237,7 @@ std::string data_url(const std::string& mime, const std::string& bytes) {
 TEST(ImageServer, AnswersLikeTheReference) {
     for (const char* name : {"image_single_png", "image_two_sizes"}) {
         const JsonValue& c = image_case(name);
-        auto r = post(c.find("request_body")->as_string());
+        auto r = post_decision(c.find("request_body")->as_string());
         ASSERT_TRUE(r) << name;
         ASSERT_EQ(r->status, 200) << r->body;
         JsonValue got = parse_json_or_throw(r->body, "response");
@@ -259,7 +245,7 @@ TEST(ImageServer, AnswersLikeTheReference) {
         want.set("model", JsonValue::string("tiny-clef"));
         expect_json_near(got, want, 1e-4, name);
     }
-    auto r = server().client().Get("/v1/models");
+    auto r = clef::testing::tiny_clef_server().client().Get("/v1/models");
     ASSERT_TRUE(r);
     EXPECT_NE(r->body.find("\"vision\""), std::string::npos) << r->body;
 }
@@ -295,7 +281,7 @@ TEST(ImageServer, MalformedImagesAre400) {
         {with_images("[]").substr(0, with_images("[]").size() - 1) + R"(,"videos":["AAAA"]})", "videos"},
     };
     for (const auto& [body, needle] : bad) {
-        auto r = post(body);
+        auto r = post_decision(body);
         ASSERT_TRUE(r) << needle;
         EXPECT_EQ(r->status, 400) << needle << ": " << r->body;
         const JsonValue j = parse_json_or_throw(r->body, "error body");
@@ -305,7 +291,7 @@ TEST(ImageServer, MalformedImagesAre400) {
         EXPECT_NE(detail->find("message")->as_string().find(needle), std::string::npos) << r->body;
     }
     // The server still answers after all that.
-    auto r = post(with_images("[" + b64 + "]"));
+    auto r = post_decision(with_images("[" + b64 + "]"));
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200) << r->body;
 }

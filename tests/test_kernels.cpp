@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "ops/attention_fast.h"
 #include "ops/quant_blocks.h"
 #include "ops/quant_kernels.h"
 #include "ops/simd.h"
@@ -70,6 +71,55 @@ TEST(SmallGemm, MatchesNaiveOnEveryTarget) {
                             ASSERT_NEAR(c[i * ldc + j], want[i * ldc + j], 1e-5 * (1 + std::sqrt(double(k))))
                                 << m << " " << n << " " << k;
                 }
+    });
+}
+
+// Causal attention (GQA, a query chunk after cached keys, K/V in fp32 and in bf16) against a double-precision
+// softmax on every target: ops/attention_kernels.cpp's tiles, masks and online softmax.
+TEST(AttentionFast, MatchesDoubleSoftmaxOnEveryTarget) {
+    std::mt19937 rng(17);
+    const int64_t L = 90, lq = 70;
+    const int hq = 6, hkv = 2, dh = 40;  // 40: whole vectors and a remainder on every target
+    const int64_t qd = int64_t(hq) * dh, kd = int64_t(hkv) * dh;
+    const auto q = normal(L * qd, rng, 1.f);
+    std::vector<uint16_t> kb(L * kd), vb(L * kd);
+    std::vector<float> k(L * kd), v(L * kd);
+    for (int64_t i = 0; i < L * kd; ++i) {
+        kb[i] = f32_to_bf16(normal(1, rng, 1.f)[0]), k[i] = bf16_to_f32(kb[i]);
+        vb[i] = f32_to_bf16(normal(1, rng, 1.f)[0]), v[i] = bf16_to_f32(vb[i]);
+    }
+    const double scale = 1.0 / std::sqrt(double(dh));
+    std::vector<double> want(lq * qd);
+    for (int64_t i = 0; i < lq; ++i)
+        for (int h = 0; h < hq; ++h) {
+            const int g = h / (hq / hkv);
+            const int64_t pos = L - lq + i;
+            std::vector<double> s(pos + 1);
+            double mx = -1e300, sum = 0;
+            for (int64_t j = 0; j <= pos; ++j) {
+                double acc = 0;
+                for (int d = 0; d < dh; ++d)
+                    acc += double(q[(L - lq + i) * qd + h * dh + d]) * k[j * kd + g * dh + d];
+                s[j] = acc * scale, mx = std::max(mx, s[j]);
+            }
+            for (double& x : s) sum += (x = std::exp(x - mx));
+            for (int d = 0; d < dh; ++d) {
+                double acc = 0;
+                for (int64_t j = 0; j <= pos; ++j) acc += s[j] * v[j * kd + g * dh + d];
+                want[i * qd + h * dh + d] = acc / sum;
+            }
+        }
+    on_every_target([&] {
+        std::vector<float> a(lq * qd), b(lq * qd);
+        const float* qc = q.data() + (L - lq) * qd;
+        ops::attention_fast(qc, qd, k.data(), kd, v.data(), kd, lq, L, hq, hkv, dh, float(scale), true,
+                            a.data(), qd);
+        ops::attention_fast(qc, qd, kb.data(), kd, vb.data(), kd, lq, L, hq, hkv, dh, float(scale), true,
+                            b.data(), qd);
+        for (int64_t i = 0; i < lq * qd; ++i) {
+            ASSERT_NEAR(a[i], want[i], 2e-5) << i;
+            ASSERT_EQ(a[i], b[i]) << i;
+        }
     });
 }
 

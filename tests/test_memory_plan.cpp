@@ -71,9 +71,10 @@ TEST(MemoryPlan, DecisionPartsOnTinyClef) {
     EXPECT_EQ(d.recurrent, 6u * (3 * 128 + 4 * 16 * 16) * 4);
     // buf_, h, xn, mix, the head's normed_ (512 x 64 each) and cos, sin (512 x 4 each).
     EXPECT_EQ(d.chunk_buffers, (5u * 512 * 64 + 2 * 512 * 4) * 4);
-    // The largest layer: attention during attention_fast: k, v (512 x 64), q, gate, attn (512 x 128), the K^T
-    // blocks (2 heads x 1024 padded rows x 32) and the V copy (2 x 1000 x 32).
-    const uint64_t attention = (512u * (64 + 64 + 128 + 128 + 128) + 2 * 1024 * 32 + 2 * 1000 * 32) * 4;
+    // The largest layer: attention once q/k/v are split, before the fused q|gate rows are freed: qg (512 x
+    // 256), k, v (512 x 64), q, gate (512 x 128). (During attention_fast it holds less: it reads the cache in
+    // place.)
+    const uint64_t attention = 512u * (256 + 64 + 64 + 128 + 128) * 4;
     EXPECT_EQ(d.layer_scratch, attention);
     // Memory rows N x 32, question means 8 x 64, option context and lexical 2 x 32 x 64, the last row 64,
     // span sums (8 + 32) x 64 in double.
@@ -93,6 +94,12 @@ TEST(MemoryPlan, DecisionPartsOnTinyClef) {
     const uint64_t during = kept + d.kv_cache + d.recurrent + d.chunk_buffers + (8u + 32) * 64 * 8;
     EXPECT_EQ(d.peak, during + attention);
     EXPECT_EQ(d.heap_retained, 0u);
+    // A bf16 K/V cache (--kv-type bf16) halves the cache and nothing else.
+    clef::MemoryPlanInput in16 = tiny_input(0);
+    in16.backbone.kv_bf16 = true;
+    const clef::DecisionMemory d16 = clef::compute_memory_plan(data_path("tiny-clef"), "", in16).decision;
+    EXPECT_EQ(d16.kv_cache, d.kv_cache / 2);
+    EXPECT_EQ(d16.peak, d.peak - d.kv_cache / 2);
 }
 
 TEST(MemoryPlan, StateCacheAndItsChunk) {
@@ -130,8 +137,9 @@ TEST(MemoryPlan, WeightsOnTinyClef) {
         const bool matrix = !table && name.find("pos_embed") == std::string::npos &&
                             (e["shape"].size() == 2 || e["shape"].size() == 5);
         ASSERT_TRUE(!matrix || e["dtype"] == "BF16") << name;
-        if (table) {  // every embedding row (N > 320), 256 lm_head rows, 64 bf16 values each
-            rows += (name == "lm_head.weight" ? 256u : 320u) * 64 * 2;
+        if (table) {  // the 265 embedding rows the tokenizer's ids reach (of 320; N = 1000 tokens can hold
+                      // no more distinct ids), 256 lm_head rows, 64 bf16 values each
+            rows += (name == "lm_head.weight" ? 256u : 265u) * 64 * 2;
         } else if (matrix) {  // bf16 panels of 32 rows
             const int64_t r = e["shape"][0].get<int64_t>(), padded = (r + 31) / 32 * 32;
             (visual ? vision : packed) += static_cast<uint64_t>(padded * (n / r) * 2);

@@ -15,6 +15,7 @@
 #include "model/config.h"
 #include "model/head.h"
 #include "test_util.h"
+#include "util/half.h"
 
 using namespace clef;
 using clef::testing::data_path;
@@ -129,6 +130,58 @@ TEST(Prefill, ManualChunksEqualForwardEmbeddings) {
     // A state from another backbone shape is refused.
     BackboneState bad;
     EXPECT_THROW(f.backbone.forward_chunk(bad, got.data(), 1, nullptr, 0, opt, got.data()), Error);
+}
+
+// BackboneOptions::kv_bf16: the cache holds bf16 bits only, the first attention layer's rows are exactly the
+// fp32 run's rounded (nothing before it reads the cache), the reference path widens the same cache, and the
+// output stays near the fp32 cache's (the bound is the fixture's measured deviation x ~3).
+TEST(Prefill, Bf16KvCacheHoldsTheRoundedRows) {
+    Fixture& f = fixture();
+    const std::vector<int32_t> ids = case_ids(300);
+    const int64_t T = 300, H = f.cfg.hidden_size;
+    const std::vector<float> x = f.backbone.embed(ids);
+    auto run = [&](bool bf16, bool reference, BackboneState& st) {
+        BackboneOptions opt;
+        opt.kv_bf16 = bf16;
+        opt.reference = reference;
+        opt.prefill_chunk = 100;
+        st = f.backbone.start();
+        std::vector<float> out(T * H);
+        Backbone::PrefillInput in;
+        in.T = T;
+        in.embeddings = x.data();
+        f.backbone.prefill(st, in, opt, [&](const float* rows, int64_t n, int64_t t0) {
+            std::copy_n(rows, n * H, out.data() + t0 * H);
+        });
+        return out;
+    };
+    BackboneState s32, s16, sref;
+    const std::vector<float> h32 = run(false, false, s32), h16 = run(true, false, s16),
+                             href = run(true, true, sref);
+    const int first = static_cast<int>(
+        std::find(f.cfg.layer_types.begin(), f.cfg.layer_types.end(), LayerType::FullAttention) -
+        f.cfg.layer_types.begin());
+    ASSERT_LT(first, f.cfg.num_layers);
+    const auto& L32 = s32.layers[first];
+    const auto& L16 = s16.layers[first];
+    EXPECT_TRUE(L16.k.empty() && L16.v.empty());
+    ASSERT_EQ(L16.kb.size(), L32.k.size());
+    ASSERT_EQ(L16.vb.size(), L32.v.size());
+    EXPECT_EQ(L16.kv_rows(f.cfg.num_kv_heads * f.cfg.head_dim), T);
+    for (size_t i = 0; i < L32.k.size(); ++i) {
+        ASSERT_EQ(L16.kb[i], f32_to_bf16(L32.k[i])) << i;
+        ASSERT_EQ(L16.vb[i], f32_to_bf16(L32.v[i])) << i;
+    }
+    double mean = 0;
+    const double dev = max_abs_diff(h16, h32, &mean);
+    std::printf("  bf16 K/V vs fp32 K/V: hidden max %.2e mean %.2e\n", dev, mean);
+    EXPECT_GT(dev, 0.0);
+    EXPECT_LE(dev, 0.3);
+    EXPECT_LE(mean, 5e-4);
+    // fp32 noise between the paths, a little larger where it meets bf16 rounding boundaries
+    // (measured 2.6e-6).
+    EXPECT_LE(max_abs_diff(href, h16, &mean), kMaxTol);
+    EXPECT_LE(mean, 5 * kMeanTol);
 }
 
 TEST(Prefill, EngineChunkSizeDoesNotChangeTheDecision) {

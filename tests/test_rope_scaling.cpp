@@ -65,19 +65,6 @@ TextConfig case_config(const json& c) {
         config_for(c["rope_parameters"], c["head_dim"].get<int>(), c["max_position_embeddings"].get<int>()));
 }
 
-// The backbone's rope parameters of a config (model/backbone.cpp's rope_params).
-ops::RopeParams params_of(const TextConfig& t, int64_t seq_len) {
-    ops::RopeParams p;
-    p.rotary_dim = t.rotary_dim;
-    p.theta = t.rope_theta;
-    if (t.mrope_section.size() == 3)
-        p.mrope_section = {t.mrope_section[0], t.mrope_section[1], t.mrope_section[2]};
-    p.interleaved = t.mrope_interleaved;
-    p.scaling = t.rope_scaling;
-    p.seq_len = seq_len;
-    return p;
-}
-
 struct Tables {
     int64_t T = 0;
     int half = 0;
@@ -98,7 +85,7 @@ Tables tables(const ops::RopeParams& p, const json& positions) {
 }
 
 Tables case_tables(const json& c) {
-    return tables(params_of(case_config(c), c["seq_len"].get<int64_t>()), c["positions"]);
+    return tables(rope_params(case_config(c), c["seq_len"].get<int64_t>()), c["positions"]);
 }
 
 double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -142,12 +129,12 @@ TEST(RopeScaling, TablesMatchTheFloat64Golden) {
         EXPECT_NEAR(t.rope_scaling.attention_factor, c["attention_factor"].get<double>(), 1e-14);
         // The double formulas exactly; the engine's fp32 tables within fp32 rounding.
         const int64_t L = c["seq_len"].get<int64_t>();
-        const std::vector<double> inv = ops::rope_inv_freq(params_of(t, L), L);
+        const std::vector<double> inv = ops::rope_inv_freq(rope_params(t, L), L);
         const std::vector<double> want = c["inv_freq"].get<std::vector<double>>();
         ASSERT_EQ(inv.size(), want.size());
         for (size_t i = 0; i < inv.size(); ++i) EXPECT_NEAR(inv[i], want[i], want[i] * 1e-13) << i;
         expect_matches_golden(c, case_tables(c));
-        ops::RopeParams p64 = params_of(t, L);
+        ops::RopeParams p64 = rope_params(t, L);
         p64.fp64_angles = true;
         expect_matches_golden(c, tables(p64, c["positions"]));
     }
@@ -190,8 +177,8 @@ TEST(RopeScaling, LengthDependentTypesDecideOnSeqLen) {
     for (const char* name : {"dynamic_long", "longrope_long"}) {
         const json& c = golden_case(name);
         const TextConfig t = case_config(c);
-        const Tables whole = tables(params_of(t, c["seq_len"]), c["positions"]);
-        const Tables own = tables(params_of(t, 0), c["positions"]);  // largest position 4095: short
+        const Tables whole = tables(rope_params(t, c["seq_len"]), c["positions"]);
+        const Tables own = tables(rope_params(t, 0), c["positions"]);  // largest position 4095: short
         expect_matches_golden(
             golden_case(name == std::string("dynamic_long") ? "dynamic_short" : "longrope_short"), own);
         EXPECT_GT(max_diff(whole.cos, own.cos), 0.01) << name;
@@ -373,7 +360,7 @@ TEST(RopeScaling, GgufRoundTrip) {
         EXPECT_EQ(b.beta_slow, a.beta_slow);
         EXPECT_EQ(static_cast<float>(b.attention_factor), static_cast<float>(a.attention_factor));
         const json pos = golden_case("yarn_qwen")["positions"];
-        ops::RopeParams pa = params_of(src, 0), pb = params_of(got, 0);
+        ops::RopeParams pa = rope_params(src, 0), pb = rope_params(got, 0);
         pa.mrope_section =
             pb.mrope_section = {0, 0, 0};  // tiny-clef's sections sum to 4, the positions' to 32
         const Tables ta = tables(pa, pos), tb = tables(pb, pos);

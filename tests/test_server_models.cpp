@@ -402,17 +402,18 @@ TEST_F(ServeGguf, OllamaVersionTagsShow) {
 // The memory plan's admission: with a limit that leaves room for short decisions only, a long prompt gets a
 // 400 naming the need and the limit before it starts, and the server keeps answering.
 TEST(ServeModels, RequestOverTheMemoryPlanIsRefused) {
-    CliServer s({"--demo", "--memory-limit-mib", "40"});
+    CliServer s({"--demo", "--memory-limit-mib", "36"});
     s.post("/v1/systemone", decision("clef-demo"), 200);
     std::string words;
     for (int i = 0; i < 300; ++i) words += "word ";
     const JsonValue err = s.post("/v1/systemone", decision("clef-demo", words), 200);
-    EXPECT_TRUE(err.find("answers")) << "300 words (~1,500 tokens) fit 40 MiB on the demo model";
+    EXPECT_TRUE(err.find("answers")) << "300 words (~1,500 tokens) fit 36 MiB on the demo model";
     for (int i = 0; i < 3000; ++i) words += "word ";
     const JsonValue big = s.post("/v1/systemone", decision("clef-demo", words), 400);
+    ASSERT_TRUE(big.find("detail") && big.find("detail")->find("message")) << "no 400 error body";
     const std::string msg = big.find("detail")->find("message")->as_string();
     EXPECT_NE(msg.find("memory plan"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("--memory-limit-mib 40 MiB"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--memory-limit-mib 36 MiB"), std::string::npos) << msg;
     s.post("/v1/systemone", decision("clef-demo"), 200);
     EXPECT_EQ(s.stop(), 0);
 }

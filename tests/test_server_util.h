@@ -47,4 +47,20 @@ private:
     std::thread thread_;
 };
 
+// One in-process server over tiny-clef per test program, answering to "tiny-clef" and "clef-flash".
+inline RunningServer& tiny_clef_server() {
+    static RunningServer r([] {
+        ServerOptions o;
+        o.model_name = "tiny-clef";
+        o.aliases = {"clef-flash"};
+        return o;
+    }());
+    return r;
+}
+
+// POST /v1/systemone to tiny_clef_server().
+inline httplib::Result post_decision(const std::string& body) {
+    return tiny_clef_server().client().Post("/v1/systemone", body, "application/json");
+}
+
 }  // namespace clef::testing

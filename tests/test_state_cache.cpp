@@ -43,6 +43,31 @@ TEST(StateCache, NewQuestionsAndGrownStates) {
     EXPECT_GT(a.prompt.state_end, 0);
 }
 
+// With a bf16 K/V cache (BackboneOptions::kv_bf16) the entries hold the bf16 rows, and a resumed decision
+// answers as the same decision without the cache.
+TEST(StateCache, Bf16KvRowsResume) {
+    const std::unique_ptr<Engine> e = cached_engine();
+    DecideOptions opt;
+    opt.backbone.kv_bf16 = true;
+    auto request = [](const char* question) {
+        const std::string body = R"({"model":"tiny-clef","state":")" + std::string(300, 'y') +
+                                 R"( a refund request","questions":{"q":{"type":"noul","instructions":")" +
+                                 question + R"("}}})";
+        DecisionRequest r;
+        std::vector<RequestError> errors;
+        EXPECT_TRUE(parse_request(parse_json_or_throw(body, "request"), r, errors))
+            << describe_errors(errors);
+        return r;
+    };
+    e->decide(request("Is it urgent?"), opt);
+    const Decision b = e->decide(request("Is it a refund?"), opt);
+    EXPECT_EQ(b.tokens_reused, b.prompt.state_end);
+    const Decision plain = plain_engine().decide(request("Is it a refund?"), opt);
+    EXPECT_LE(max_prob_diff(b, plain), 2e-5);
+    DecideOptions f32;  // the same state with an fp32 cache differs (the option is in effect)
+    EXPECT_GT(max_prob_diff(plain_engine().decide(request("Is it a refund?"), f32), plain), 0.0);
+}
+
 // A prompt whose tokens differ from an entry with the same key (a forged collision) is a miss.
 TEST(StateCache, MismatchedTokensAreAMiss) {
     StateCache cache(1 << 20, 4);

@@ -34,19 +34,7 @@ const JsonValue& video_case(const std::string& name) {
     throw std::runtime_error("no case " + name);
 }
 
-clef::testing::RunningServer& server() {
-    static clef::testing::RunningServer r([] {
-        ServerOptions o;
-        o.model_name = "tiny-clef";
-        o.aliases = {"clef-flash"};
-        return o;
-    }());
-    return r;
-}
-
-httplib::Result post(const std::string& body) {
-    return server().client().Post("/v1/systemone", body, "application/json");
-}
+using clef::testing::post_decision;
 
 std::string body_with(const std::string& videos, const std::string& kwargs = R"({"do_sample_frames":false})",
                       const std::string& state = "\"s\"") {
@@ -70,7 +58,7 @@ std::string fixture_frame(const std::string& case_name, size_t frame = 0) {
 
 void expect_answers_like_the_reference(const std::string& name) {
     const JsonValue& c = video_case(name);
-    auto r = post(c.find("request_body")->as_string());
+    auto r = post_decision(c.find("request_body")->as_string());
     ASSERT_TRUE(r) << name;
     ASSERT_EQ(r->status, 200) << name << ": " << r->body;
     JsonValue want = *c.find("response");
@@ -120,7 +108,7 @@ TEST(VideoServer, MalformedVideosAre400AndTheServerKeepsAnswering) {
          "Video features and video tokens do not match, tokens: 5, features: 4"},
     };
     for (const auto& [body, needle] : bad) {
-        auto r = post(body);
+        auto r = post_decision(body);
         ASSERT_TRUE(r) << needle;
         EXPECT_EQ(r->status, 400) << needle << ": " << r->body;
         const JsonValue j = parse_json_or_throw(r->body, "error body");
@@ -131,7 +119,7 @@ TEST(VideoServer, MalformedVideosAre400AndTheServerKeepsAnswering) {
     }
     // The server still answers after all that, the same as before.
     expect_answers_like_the_reference("video_five_frames_odd_resize");
-    auto r = post(body_with("[" + two + "]"));
+    auto r = post_decision(body_with("[" + two + "]"));
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200) << r->body;
 }
@@ -140,7 +128,7 @@ TEST(VideoServer, FixtureErrorCasesAre400) {
     for (const char* name : {"video_sampling_not_disabled_error", "video_single_frame_error",
                              "video_frame_sizes_differ_error"}) {
         const JsonValue& c = video_case(name);
-        auto r = post(c.find("request_body")->as_string());
+        auto r = post_decision(c.find("request_body")->as_string());
         ASSERT_TRUE(r) << name;
         EXPECT_EQ(r->status, 400) << name << ": " << r->body;
         const std::string want = c.find("expected_error")->find("message")->as_string();
@@ -155,7 +143,7 @@ TEST(VideoServer, FixtureErrorCasesAre400) {
 }
 
 TEST(VideoServer, ModelsListVideoForAModelWithATower) {
-    auto r = server().client().Get("/v1/models");
+    auto r = clef::testing::tiny_clef_server().client().Get("/v1/models");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
     EXPECT_NE(r->body.find("\"video\""), std::string::npos) << r->body;

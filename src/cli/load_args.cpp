@@ -86,7 +86,16 @@ DecideOptions DecisionArgs::options() const {
         throw Error("--confidence: unknown convention '" + confidence + "'");
     if (max_length <= 0) throw Error("--max-length must be positive");
     if (!calibration.empty()) load_calibration(calibration, opt.answers);
+    opt.backbone.kv_bf16 = kv_type == "bf16";
     return opt;
+}
+
+void add_kv_type_option(CLI::App* cmd, std::string& kv_type) {
+    cmd->add_option("--kv-type", kv_type,
+                    "Full-attention K/V cache storage: f32 (exact) or bf16 (half the memory of long prompts, "
+                    "small deviations: docs/LONG_CONTEXT.md)")
+        ->check(CLI::IsMember({"f32", "bf16"}))
+        ->capture_default_str();
 }
 
 void add_decision_options(CLI::App* cmd, DecisionArgs& args) {
@@ -102,6 +111,7 @@ void add_decision_options(CLI::App* cmd, DecisionArgs& args) {
         ->capture_default_str();
     cmd->add_option("--calibration", args.calibration,
                     "Temperatures per question type from clef eval --fit-temperature (default: none)");
+    add_kv_type_option(cmd, args.kv_type);
 }
 
 }  // namespace clef

@@ -24,6 +24,26 @@ uint64_t vector_bytes(const std::vector<T>& v) {
     return v.size() * sizeof(T);
 }
 
+template <class T>
+void append(std::vector<T>& to, const std::vector<T>& from) {
+    to.insert(to.end(), from.begin(), from.end());
+}
+
+// A stored stretch's K/V rows after the resumed ones (fp32 or bf16, as the cache holds them).
+void append_rows(BackboneState::Layer& to, const BackboneState::Layer& from) {
+    append(to.k, from.k), append(to.v, from.v), append(to.kb, from.kb), append(to.vb, from.vb);
+}
+
+// The K/V rows of positions [begin, end) (the last end - begin of the cache) of an attention layer.
+void copy_stretch(const BackboneState::Layer& s, int64_t begin, int64_t end, BackboneState::Layer& d) {
+    auto tail = [&](const auto& from, auto& to) {
+        if (from.empty()) return;
+        const size_t row = from.size() / static_cast<size_t>(end);
+        to.assign(from.begin() + static_cast<std::ptrdiff_t>(row * static_cast<size_t>(begin)), from.end());
+    };
+    tail(s.k, d.k), tail(s.v, d.v), tail(s.kb, d.kb), tail(s.vb, d.vb);
+}
+
 }  // namespace
 
 struct StateCache::Node {
@@ -100,12 +120,7 @@ StateCache::Resume StateCache::find(const Plan& plan, const std::vector<int32_t>
     for (size_t l = 0; l < r.state.layers.size(); ++l) {
         r.state.layers[l].conv = last->layers[l].conv;
         r.state.layers[l].delta = last->layers[l].delta;
-        for (const Node* n : chain) {
-            auto& k = r.state.layers[l].k;
-            auto& v = r.state.layers[l].v;
-            k.insert(k.end(), n->layers[l].k.begin(), n->layers[l].k.end());
-            v.insert(v.end(), n->layers[l].v.begin(), n->layers[l].v.end());
-        }
+        for (const Node* n : chain) append_rows(r.state.layers[l], n->layers[l]);
     }
     for (const Node* n : chain) r.memory.insert(r.memory.end(), n->memory.begin(), n->memory.end());
     r.position = last->end;
@@ -133,13 +148,9 @@ void StateCache::put(const Plan& plan, size_t i, const std::vector<int32_t>& ids
         BackboneState::Layer& d = n->layers[l];
         d.conv = s.conv;
         d.delta = s.delta;
-        if (!s.k.empty()) {  // attention: the K/V rows of this stretch (the last end - begin of the cache)
-            const size_t row = s.k.size() / static_cast<size_t>(end),
-                         first = row * static_cast<size_t>(begin);
-            d.k.assign(s.k.begin() + first, s.k.end());
-            d.v.assign(s.v.begin() + first, s.v.end());
-        }
-        n->bytes += vector_bytes(d.conv) + vector_bytes(d.delta) + vector_bytes(d.k) + vector_bytes(d.v);
+        copy_stretch(s, begin, end, d);
+        n->bytes += vector_bytes(d.conv) + vector_bytes(d.delta) + vector_bytes(d.k) + vector_bytes(d.v) +
+                    vector_bytes(d.kb) + vector_bytes(d.vb);
     }
     n->bytes += vector_bytes(n->tokens) + vector_bytes(n->memory) + sizeof(Node);
     std::lock_guard<std::mutex> lock(mu_);

@@ -22,6 +22,11 @@ namespace clef {
 
 namespace {
 
+// Whether the layer's K/V cache is kept as bf16: as it already is, else as the options ask.
+bool kv_as_bf16(const BackboneState::Layer& S, bool option) {
+    return !S.kb.empty() || (S.k.empty() && option);
+}
+
 int count_layers(const TextConfig& c, LayerType t) {
     return static_cast<int>(std::count(c.layer_types.begin(), c.layer_types.end(), t));
 }
@@ -62,9 +67,8 @@ void check_config(const TextConfig& c) {
     }
 }
 
-// seq_len: the length the length-dependent scalings (dynamic, longrope) decide on, the whole prompt's
-// (BackboneState::rope_seq_len), so every chunk of a prompt rotates with the same frequencies, as in
-// transformers' one-pass forward; 0 = each chunk's own.
+}  // namespace
+
 ops::RopeParams rope_params(const TextConfig& c, int64_t seq_len) {
     ops::RopeParams p;
     p.rotary_dim = c.rotary_dim;
@@ -79,6 +83,8 @@ ops::RopeParams rope_params(const TextConfig& c, int64_t seq_len) {
     p.seq_len = seq_len;
     return p;
 }
+
+namespace {
 
 // Seconds since t0, added to *slot when profiling.
 struct Timer {
@@ -341,6 +347,18 @@ Backbone::Prefill::Prefill(const Backbone& b, BackboneState& state, PrefillInput
                               ? *std::max_element(in_.positions, in_.positions + 3 * in_.T) + int64_t{1}
                               : in_.T;
     buf_.resize(static_cast<size_t>(std::min(chunk_, in_.T) * b_.cfg_.hidden_size));
+    // The K/V cache at its final size from the start: no reallocation (and no old copy beside the new one)
+    // as the chunks append their rows.
+    const size_t kv = static_cast<size_t>(in_.T) * b_.cfg_.num_kv_heads * b_.cfg_.head_dim;
+    for (size_t l = 0; l < state_.layers.size(); ++l) {
+        if (b_.layers_[l].type != LayerType::FullAttention) continue;
+        BackboneState::Layer& S = state_.layers[l];
+        if (kv_as_bf16(S, opt_.kv_bf16)) {
+            S.kb.reserve(kv), S.vb.reserve(kv);
+        } else {
+            S.k.reserve(kv), S.v.reserve(kv);
+        }
+    }
 }
 
 void Backbone::Prefill::step(const RowSink& sink) {
@@ -517,6 +535,47 @@ void Backbone::gdn_mixer(const Layer& L, BackboneState::Layer& S, const float* x
     }
 }
 
+namespace {
+
+// Appends a chunk's K and V rows to the layer's cache, as fp32 or as bf16 bits.
+void append_kv(BackboneState::Layer& S, const std::vector<float>& k, const std::vector<float>& v, bool bf16) {
+    if (!kv_as_bf16(S, bf16)) {
+        S.k.insert(S.k.end(), k.begin(), k.end());
+        S.v.insert(S.v.end(), v.begin(), v.end());
+        return;
+    }
+    for (auto [src, dst] : {std::pair{&k, &S.kb}, std::pair{&v, &S.vb}}) {
+        const size_t n0 = dst->size();
+        dst->resize(n0 + src->size());
+        for (size_t i = 0; i < src->size(); ++i) (*dst)[n0 + i] = f32_to_bf16((*src)[i]);
+    }
+}
+
+// The scalar oracle over the cache (ops::attention): the chunk's T queries after p0 cached rows, query i
+// seeing rows 0 .. p0 + i. A bf16 cache is widened first.
+void reference_attention(const BackboneState::Layer& S, const float* q, int64_t T, int64_t p0, int nh,
+                         int nkv, int hd, float scale, float* out) {
+    const int64_t qdim = int64_t{nh} * hd, kvdim = int64_t{nkv} * hd;
+    std::vector<float> kw, vw;
+    const float *k = S.k.data(), *v = S.v.data();
+    if (S.k.empty()) {
+        for (auto [src, dst] : {std::pair{&S.kb, &kw}, std::pair{&S.vb, &vw}}) {
+            dst->resize(src->size());
+            for (size_t i = 0; i < src->size(); ++i) (*dst)[i] = bf16_to_f32((*src)[i]);
+        }
+        k = kw.data(), v = vw.data();
+    }
+    if (p0 == 0) {
+        ops::attention(q, qdim, k, kvdim, v, kvdim, T, T, nh, nkv, hd, scale, true, out, qdim);
+        return;
+    }
+    for (int64_t i = 0; i < T; ++i)
+        ops::attention(q + i * qdim, qdim, k, kvdim, v, kvdim, 1, p0 + i + 1, nh, nkv, hd, scale, false,
+                       out + i * qdim, qdim);
+}
+
+}  // namespace
+
 void Backbone::attention_mixer(const Layer& L, BackboneState::Layer& S, const float* xn, int64_t T, Ctx& c,
                                float* out, BackboneTrace::Attention* tr) const {
     const AttentionWeights& w = L.attn;
@@ -548,25 +607,23 @@ void Backbone::attention_mixer(const Layer& L, BackboneState::Layer& S, const fl
         c.rms_norm_zc(k.data(), T * nkv, hd, w.k_norm.data(), k.data());
         ops::rope_apply(q.data(), T, nh, hd, qdim, cfg_.rotary_dim, c.cos.data(), c.sin.data());
         ops::rope_apply(k.data(), T, nkv, hd, kvdim, cfg_.rotary_dim, c.cos.data(), c.sin.data());
-        S.k.insert(S.k.end(), k.begin(), k.end());
-        S.v.insert(S.v.end(), v.begin(), v.end());
+        append_kv(S, k, v, c.opt.kv_bf16);
     }
 
     std::vector<float> attn(T * qdim);
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-    const int64_t p0 = static_cast<int64_t>(S.k.size()) / kvdim - T;  // cache rows before this chunk
+    const int64_t p0 = S.kv_rows(kvdim) - T;  // cache rows before this chunk
     {
         Timer tm(c.slot(&BackboneProfile::attention));
         if (!c.opt.reference) {
-            ops::attention_fast(q.data(), qdim, S.k.data(), kvdim, S.v.data(), kvdim, T, p0 + T, nh, nkv, hd,
-                                scale, true, attn.data(), qdim, c.opt.precision);
-        } else if (p0 == 0) {
-            ops::attention(q.data(), qdim, S.k.data(), kvdim, S.v.data(), kvdim, T, T, nh, nkv, hd, scale,
-                           true, attn.data(), qdim);
-        } else {  // query i sees cache rows 0 .. p0 + i
-            for (int64_t i = 0; i < T; ++i)
-                ops::attention(q.data() + i * qdim, qdim, S.k.data(), kvdim, S.v.data(), kvdim, 1, p0 + i + 1,
-                               nh, nkv, hd, scale, false, attn.data() + i * qdim, qdim);
+            if (!S.kb.empty())
+                ops::attention_fast(q.data(), qdim, S.kb.data(), kvdim, S.vb.data(), kvdim, T, p0 + T, nh,
+                                    nkv, hd, scale, true, attn.data(), qdim, c.opt.precision);
+            else
+                ops::attention_fast(q.data(), qdim, S.k.data(), kvdim, S.v.data(), kvdim, T, p0 + T, nh, nkv,
+                                    hd, scale, true, attn.data(), qdim, c.opt.precision);
+        } else {
+            reference_attention(S, q.data(), T, p0, nh, nkv, hd, scale, attn.data());
         }
     }
     if (tr) tr->attn = attn;

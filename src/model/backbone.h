@@ -32,6 +32,9 @@ struct BackboneOptions {
     // residency): every chunk re-reads the weights, and longer chunks amortise that (docs/GGUF.md: streaming
     // costs 0-4 % with Exact activations at these lengths) for ~0.5 GB more activations on Clef-Flash.
     int64_t streamed_prefill_chunk = 2048;
+    // The full-attention K/V cache stored as bf16 (half its memory; keys and values rounded to bf16, the rest
+    // of the arithmetic unchanged). Off by default: measured deviation in docs/LONG_CONTEXT.md.
+    bool kv_bf16 = false;
 };
 
 // "exact" / "bf16" (the CLI spelling) -> Precision; false for anything else.
@@ -56,8 +59,14 @@ struct BackboneState {
     struct Layer {
         std::vector<float> conv;   // GDN: the last K-1 conv inputs [K-1][conv_dim]
         std::vector<float> delta;  // GDN: the delta-rule state [Hv][dk][dv]
-        std::vector<float> k,
-            v;  // attention: the K/V cache [position][kv_heads*head_dim] (K after norm + RoPE)
+        // Attention: the K/V cache [position][kv_heads*head_dim] (K after norm + RoPE), as fp32 or, with
+        // BackboneOptions::kv_bf16, as bf16 bits in kb / vb (the other pair stays empty).
+        std::vector<float> k, v;
+        std::vector<uint16_t> kb, vb;
+        // Rows held, of kv_width values each, whichever pair holds them.
+        int64_t kv_rows(int64_t kv_width) const {
+            return static_cast<int64_t>(k.empty() ? kb.size() : k.size()) / kv_width;
+        }
     };
     std::vector<Layer> layers;
 };
@@ -66,6 +75,12 @@ struct BackboneState {
 // (2 * in * out per token), causal attention scores and values (4 * heads * head_dim per query-key pair,
 // T(T+1)/2 pairs), and the delta rule (7 * dk * dv per token and value head: decay, S^T k, update, S^T q).
 double backbone_flops(const TextConfig& cfg, int64_t T);
+
+// The rotary embedding of a config (theta, rotary dims, MRoPE sections, scaling). seq_len: the length the
+// length-dependent scalings (dynamic, longrope) decide on, the whole prompt's (BackboneState::rope_seq_len),
+// so every chunk of a prompt rotates with the same frequencies, as in transformers' one-pass forward; 0 =
+// each chunk's own.
+ops::RopeParams rope_params(const TextConfig& c, int64_t seq_len);
 
 // Intermediate values of one forward pass, all row-major fp32 with T rows (T = tokens).
 struct BackboneTrace {

@@ -83,12 +83,14 @@ uint64_t table_rows(const TensorSpec& s, const StoredTensor& st, int64_t rows_re
     return std::min(st.bytes, st.bytes / u(rows) * u(std::min(rows_read, rows)));
 }
 
-void add_text_tensor(WeightMemory& w, const TensorSpec& s, const StoredTensor& st,
-                     const MemoryPlanInput& in) {
+// ids: the distinct token ids the tokenizer can produce (0 = unknown).
+void add_text_tensor(WeightMemory& w, const TensorSpec& s, const StoredTensor& st, const MemoryPlanInput& in,
+                     int64_t ids) {
+    auto distinct = [ids](int64_t tokens) { return ids > 0 ? std::min(tokens, ids) : tokens; };
     if (s.text == TextWeight::Embed)
-        w.embedding_rows += table_rows(s, st, in.tokens);
+        w.embedding_rows += table_rows(s, st, distinct(in.tokens));
     else if (s.text == TextWeight::LmHead)
-        w.embedding_rows += table_rows(s, st, in.option_tokens);
+        w.embedding_rows += table_rows(s, st, distinct(in.option_tokens));
     else if (s.matrix)
         add_matrix(w, w.packed, s, st, in, true);
     else
@@ -123,7 +125,7 @@ WeightMemory plan_weights(const ModelConfig& model, const HeadConfig* head, cons
     for_each_text_tensor(model.text, !model.text.tie_word_embeddings, [&](const TensorSpec& s) {
         const std::optional<StoredTensor> st = sources.text(s);
         if (!st) return;
-        add_text_tensor(w, s, *st, in);
+        add_text_tensor(w, s, *st, in, sources.tokenizer_ids);
         if (s.matrix && st->kind != Kind::Blocks) largest = std::max(largest, st->bytes);
     });
     if (sources.vision && model.vision)
@@ -156,7 +158,7 @@ struct Phase {
 
 // The widths the buffers are made of (model/backbone.cpp gdn_mixer, attention_mixer, mlp).
 struct Widths {
-    int64_t H, I, Hv, kd, vd, cd, qd, kvd, qrows, half_rope, nkv, hd, full, linear, recurrent;
+    int64_t H, I, Hv, kd, vd, cd, qd, kvd, qrows, half_rope, full, linear, recurrent;
     explicit Widths(const TextConfig& t)
         : H(t.hidden_size),
           I(t.intermediate_size),
@@ -168,8 +170,6 @@ struct Widths {
           kvd(int64_t{t.num_kv_heads} * t.head_dim),
           qrows(t.attn_output_gate ? 2 * qd : qd),
           half_rope(t.rotary_dim / 2),
-          nkv(t.num_kv_heads),
-          hd(t.head_dim),
           full(t.num_layers_of(LayerType::FullAttention)),
           linear(t.num_layers_of(LayerType::LinearAttention)),
           // Backbone::start: conv taps [K-1][conv_dim] and the delta-rule state [Hv][dk][dv] per GDN layer.
@@ -179,6 +179,11 @@ struct Widths {
 
 uint64_t f32(int64_t n) {
     return u(n) * kF32;
+}
+
+// n values of the K/V cache: fp32, or bf16 with BackboneOptions::kv_bf16.
+uint64_t kv_bytes(const MemoryPlanInput& in, int64_t n) {
+    return u(n) * (in.backbone.kv_bf16 ? 2 : kF32);
 }
 
 // The longest prefill chunk (Backbone::chunk_length; the state cache also stops a chunk every granularity
@@ -211,7 +216,8 @@ uint64_t state_cache_bytes(const Widths& d, const HeadConfig* head, const Memory
     const int64_t state = in.tokens - std::clamp<int64_t>(in.schema_tokens, 0, in.tokens);
     const int64_t g = std::max<int64_t>(in.cache_granularity, 1), stops = (state + g - 1) / g;
     const int64_t W = head ? head->width : 0;
-    const uint64_t bytes = f32(stops * d.linear * d.recurrent) + f32(state * (d.full * 2 * d.kvd + W + 1));
+    const uint64_t bytes =
+        f32(stops * d.linear * d.recurrent) + kv_bytes(in, state * d.full * 2 * d.kvd) + f32(state * (W + 1));
     return std::min(in.cache_bytes, bytes);
 }
 
@@ -223,9 +229,9 @@ Phase& attend_memory(Phase& p, const HeadConfig& h, int64_t lq, int64_t N) {
 
 // Each layer type's own buffers at its largest, besides what the prefill keeps (model/backbone.cpp): GDN
 // before and after its projections' input is freed (qkv, conv, z, b, a, q, k; then o, y), attention before
-// and during attention_fast (qg, k, v, q, gate; then attn and attention_fast's K^T blocks and V copy of all N
-// rows, ops/attention_fast.cpp prepare), the MLP's gate and up.
-std::vector<Phase> layer_phases(const Widths& d, int64_t c, int64_t N) {
+// and during attention_fast (qg, k, v, q, gate; then attn; attention_fast reads the cache in place, its
+// per-thread blocks are under 1 MiB), the MLP's gate and up.
+std::vector<Phase> layer_phases(const Widths& d, int64_t c) {
     std::vector<Phase> out;
     if (d.linear > 0) {
         out.push_back(Phase().add({f32(c * d.cd), f32(c * d.cd), f32(c * d.vd), f32(c * d.Hv), f32(c * d.Hv),
@@ -234,11 +240,11 @@ std::vector<Phase> layer_phases(const Widths& d, int64_t c, int64_t N) {
                                    f32(c * d.kd), f32(c * d.vd), f32(c * d.vd)}));
     }
     if (d.full > 0) {
-        const int64_t gate = d.qrows - d.qd, blocks = (N + 63) / 64 * 64;
+        const int64_t gate = d.qrows - d.qd;
         out.push_back(
             Phase().add({f32(c * d.qrows), f32(c * d.kvd), f32(c * d.kvd), f32(c * d.qd), f32(c * gate)}));
-        out.push_back(Phase().add({f32(c * d.kvd), f32(c * d.kvd), f32(c * d.qd), f32(c * gate),
-                                   f32(c * d.qd), f32(d.nkv * blocks * d.hd), f32(d.nkv * N * d.hd)}));
+        out.push_back(
+            Phase().add({f32(c * d.kvd), f32(c * d.kvd), f32(c * d.qd), f32(c * gate), f32(c * d.qd)}));
     }
     out.push_back(Phase().add({f32(c * d.I), f32(c * d.I)}));
     return out;
@@ -284,7 +290,7 @@ DecisionMemory plan_decision(const TextConfig& text, const HeadConfig* head, con
     const int64_t W = head ? head->width : 0, Q = head ? in.questions : 0, O = head ? in.options : 0;
     DecisionMemory m;
     m.chunk = c;
-    m.kv_cache = f32(2 * d.full * N * d.kvd);
+    m.kv_cache = kv_bytes(in, 2 * d.full * N * d.kvd);
     m.recurrent = f32(d.linear * d.recurrent);
     m.gemm_scratch = gemm_scratch(d, weights, in, c);
     m.state_cache = state_cache_bytes(d, head, in);
@@ -301,12 +307,12 @@ DecisionMemory plan_decision(const TextConfig& text, const HeadConfig* head, con
     // chunk's buffers (Backbone::Prefill buf_; forward_chunk h, xn, mix, cos, sin; the builder's normed_) and
     // the builder's span sums in double.
     Phase during = after;
-    for (int64_t l = 0; l < 2 * d.full; ++l) during.add({f32(N * d.kvd)});
+    for (int64_t l = 0; l < 2 * d.full; ++l) during.add({kv_bytes(in, N * d.kvd)});
     for (int64_t l = 0; l < d.linear; ++l) during.add({f32(d.recurrent)});
     for (int i = 0; i < (head ? 5 : 4); ++i) during.add({f32(c * H)});
     during.add({f32(c * d.half_rope), f32(c * d.half_rope), 2 * f32((Q + O) * H)});
 
-    std::vector<std::pair<Phase, std::vector<Phase>>> stages{{during, layer_phases(d, c, N)}};
+    std::vector<std::pair<Phase, std::vector<Phase>>> stages{{during, layer_phases(d, c)}};
     if (head) stages.push_back({after, head_phases(*head, N, Q, O)});
     m.layer_scratch = largest(stages[0].second);
     m.head_scratch = head ? largest(stages[1].second) : 0;

@@ -31,6 +31,9 @@ struct ModelSources {
     StoredTensorFn vision;           // the vision tower's (empty: none is loaded)
     uint64_t head_source_bytes = 0;  // what loading the head maps or converts before the head is built
     uint64_t tokenizer_bytes = 0;    // the loaded tokenizer (the caller estimates it from its file)
+    // The ids the tokenizer can produce (one past its largest; 0 = unknown): a prompt reads at most that many
+    // distinct embedding rows, however long it is.
+    int64_t tokenizer_ids = 0;
 };
 
 // The process without a model: the binary, its libraries (oneDNN, OpenMP), thread stacks. Measured: `clef
@@ -80,7 +83,7 @@ struct DecisionMemory {
     uint64_t kv_cache = 0;       // K and V rows of the full-attention layers, fp32
     uint64_t recurrent = 0;      // Gated DeltaNet conv taps and delta-rule states, fp32
     uint64_t chunk_buffers = 0;  // the chunk's input, residual stream, norms, mixer output, RoPE tables
-    uint64_t layer_scratch = 0;  // the largest layer's own buffers (GDN, attention with its K/V copy, MLP)
+    uint64_t layer_scratch = 0;  // the largest layer's own buffers (GDN, attention, MLP)
     uint64_t gemm_scratch = 0;   // per-thread GEMM buffers (streamed weights, bf16 activations)
     uint64_t head_features = 0;  // the head's memory rows [N][width], span sums, option rows
     uint64_t head_scratch = 0;   // the head's decide stage: normalised memory, attention scores, queries

@@ -1,5 +1,6 @@
-// Causal / full attention for long prompts: key blocks with an online softmax (no lq x lk score matrix), GQA,
-// explicit row strides as in ops::attention (the scalar oracle in ops/basic.h).
+// Causal / full attention for long prompts: key blocks with an online softmax (no lq x lk score matrix), GQA
+// (each key block read once for all query heads of its kv head), explicit row strides as in ops::attention
+// (the scalar oracle in ops/basic.h). The K/V rows are read where they lie: no copy of the cache per call.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,11 @@ namespace clef::ops {
 // accumulation), the numerics of a bf16 matrix unit; error ~1e-2 relative on the output (documented bound
 // used by the tests: 2e-2 of max |v|). Throws clef::Error on a bad shape.
 void attention_fast(const float* q, int64_t q_stride, const float* k, int64_t k_stride, const float* v,
+                    int64_t v_stride, int64_t lq, int64_t lk, int hq, int hkv, int dh, float scale,
+                    bool causal, float* out, int64_t out_stride, Precision p = Precision::Exact);
+
+// The same over K/V rows stored as bf16 bits (BackboneOptions::kv_bf16): exact arithmetic on those values.
+void attention_fast(const float* q, int64_t q_stride, const uint16_t* k, int64_t k_stride, const uint16_t* v,
                     int64_t v_stride, int64_t lq, int64_t lk, int hq, int hkv, int dh, float scale,
                     bool causal, float* out, int64_t out_stride, Precision p = Precision::Exact);
 

@@ -1,10 +1,12 @@
 #include "tools/model_info.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string_view>
@@ -748,6 +750,25 @@ struct PlanSources {
     std::shared_ptr<const void> files;  // what src's functions read
 };
 
+// One past the largest id of a tokenizer.json (its model's vocabulary and its added tokens); 0 when the file
+// does not say.
+int64_t tokenizer_json_ids(const std::string& path) {
+    std::ifstream f(path);
+    const nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) return 0;
+    int64_t n = 0;
+    const auto model = j.find("model");
+    if (model != j.end() && model->is_object() && model->contains("vocab") && (*model)["vocab"].is_object())
+        for (const auto& id : (*model)["vocab"])
+            if (id.is_number_integer()) n = std::max<int64_t>(n, id.get<int64_t>() + 1);
+    const auto added = j.find("added_tokens");
+    if (added != j.end() && added->is_array())
+        for (const auto& t : *added)
+            if (t.is_object() && t.contains("id") && t["id"].is_number_integer())
+                n = std::max<int64_t>(n, t["id"].get<int64_t>() + 1);
+    return n;
+}
+
 PlanSources directory_plan_sources(const std::string& path) {
     const ModelDir dir = locate_model_dir(path);
     const ModelDirConfig config = load_model_dir_config(dir);
@@ -764,6 +785,7 @@ PlanSources directory_plan_sources(const std::string& path) {
     // The head file is mapped and read whole while the head converts it (decision/engine.cpp Engine::load).
     p.src.head_source_bytes = dir.backbone_only ? 0 : file_bytes(dir.head_weights_path);
     p.src.tokenizer_bytes = kTokenizerPerJsonByte * file_bytes(dir.tokenizer_path);
+    p.src.tokenizer_ids = tokenizer_json_ids(dir.tokenizer_path);
     return p;
 }
 
@@ -778,6 +800,8 @@ PlanSources gguf_plan_sources(const std::string& path, const std::string& head_d
     };
     for (const char* key : {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"})
         if (f->contains(key)) p.src.tokenizer_bytes += kTokenizerPerEntry * f->get_string_array(key).size();
+    if (f->contains("tokenizer.ggml.tokens"))
+        p.src.tokenizer_ids = static_cast<int64_t>(f->get_string_array("tokenizer.ggml.tokens").size());
     uint64_t& head_source = p.src.head_source_bytes;
     if (p.head) {  // the file's head tensors, read from the mapping into fp32 (model/gguf_model.cpp)
         std::map<std::string, uint64_t> bytes;
@@ -871,6 +895,7 @@ MemoryPlan config_memory_plan(const ModelConfig& config, const HeadConfig* head,
                     "file type such as q8_0, q4_k_m, iq2_m)");
     // tokenizer.json of the Qwen3.5 vocabulary: a token and a merge per entry (kTokenizerPerEntry each).
     src.tokenizer_bytes = kTokenizerPerEntry * 2 * static_cast<uint64_t>(config.text.vocab_size);
+    src.tokenizer_ids = config.text.vocab_size;
     return plan_memory(config, head, src, in);
 }
 
@@ -892,16 +917,18 @@ std::string format_memory_plan(const MemoryPlan& p) {
         w.streamed ? "projections streamed from the file" : "projections in place");
     row("weights packed", w.packed, "projections packed in memory");
     row("weights vectors", w.vectors, "norms, conv taps, decays (fp32)");
-    row("embedding rows", w.embedding_rows, "table rows read for the tokens and option tokens (at most)");
+    row("embedding rows", w.embedding_rows, "table rows of the distinct tokens and option tokens (at most)");
     row("joint head", w.head, "fp32 panels and k/v rows");
     if (w.vision) row("vision tower", w.vision, "packed");
     row("tokenizer", w.tokenizer, "vocabulary and merges (estimated from the file)");
     row("runtime", w.runtime, "the binary and its libraries");
     row("weights total", w.total(), "");
-    row("K/V cache", d.kv_cache, "full-attention K and V, fp32, N rows");
+    row("K/V cache", d.kv_cache,
+        in.backbone.kv_bf16 ? "full-attention K and V, bf16, N rows"
+                            : "full-attention K and V, fp32, N rows");
     row("recurrent states", d.recurrent, "GDN conv taps and delta-rule states");
     row("chunk buffers", d.chunk_buffers, "input, residual, norms, mixer output, RoPE tables of one chunk");
-    row("layer scratch", d.layer_scratch, "the largest layer's buffers (attention: + K/V copy of N rows)");
+    row("layer scratch", d.layer_scratch, "the largest layer's buffers (GDN, attention or MLP; one chunk)");
     row("gemm scratch", d.gemm_scratch, "per-thread GEMM buffers");
     row("head features", d.head_features, "memory rows [N][width], span sums and means");
     row("head scratch", d.head_scratch, "normalised memory, attention scores over N rows");
