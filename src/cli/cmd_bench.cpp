@@ -43,7 +43,7 @@ struct BenchArgs {
     int warmup = 1;
     int threads = 0;
     std::string precision = "exact";
-    std::string kv_type = "f32";
+    bool kv_bf16 = false;
     int64_t chunk = -1;  // < 0: the engine's default (512 tokens; 2048 when quantised weights are streamed)
     bool reference = false;
     bool profile = false;
@@ -125,7 +125,7 @@ void run_bench(const BenchArgs& a) {
     if (!parse_precision(a.precision, opt.backbone.precision))
         throw Error("--precision: expected exact or bf16, got '" + a.precision + "'");
     opt.backbone.reference = a.reference;
-    opt.backbone.kv_bf16 = a.kv_type == "bf16";
+    opt.backbone.kv_bf16 = a.kv_bf16;
     if (a.chunk >= 0) opt.backbone.prefill_chunk = opt.backbone.streamed_prefill_chunk = a.chunk;
     opt.max_length = static_cast<int>(a.tokens);
     if (a.threads > 0) ops::set_num_threads(a.threads);
@@ -160,7 +160,7 @@ void run_bench(const BenchArgs& a) {
     o.set("tokens", JsonValue::integer(T));
     o.set("threads", JsonValue::integer(ops::num_threads()));
     o.set("precision", JsonValue::string(a.reference ? "reference" : a.precision));
-    o.set("kv_type", JsonValue::string(a.kv_type));
+    o.set("kv_type", JsonValue::string(kv_type_name(a.kv_bf16)));
     o.set("gemm", JsonValue::string(ops::gemm_plan_string()));
     o.set("cpu", JsonValue::string(ops::cpu_features_string() + ", simd " + ops::simd_target()));
     o.set("chunk", JsonValue::integer(engine->backbone().chunk_length(opt.backbone, T)));
@@ -356,7 +356,7 @@ void add_bench_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--precision", args->precision, "Projection activations: exact (fp32-accurate) or bf16")
         ->capture_default_str();
-    add_kv_type_option(cmd, args->kv_type);
+    add_kv_type_option(cmd, args->kv_bf16);
     CLI::Option* chunk = cmd->add_option("--chunk", args->chunk,
                                          "Prefill chunk length in tokens (0 = whole prompt; default 512, "
                                          "2048 when quantised weights are "

@@ -31,7 +31,7 @@ struct InfoOptions {
     std::optional<std::string> tokens;  // validated here (one-line error, exit 2), not by CLI11
     std::string schema_tokens;
     int64_t cache_mib = -1;  // -1: as clef decide (default_state_cache_bytes)
-    std::string kv_type = "f32";
+    bool kv_bf16 = false;
     bool json = false;
 };
 
@@ -54,7 +54,7 @@ MemoryPlanInput plan_input(const InfoOptions& opt) {
     MemoryPlanInput in = machine_plan_input(parse_tokens("--tokens", *opt.tokens));
     if (!opt.schema_tokens.empty()) in.schema_tokens = parse_tokens("--schema-tokens", opt.schema_tokens);
     in.schema_tokens = std::min(in.schema_tokens, in.tokens);
-    in.backbone.kv_bf16 = opt.kv_type == "bf16";
+    in.backbone.kv_bf16 = opt.kv_bf16;
     in.cache_bytes =
         opt.cache_mib < 0 ? default_state_cache_bytes() : static_cast<uint64_t>(opt.cache_mib) << 20;
     return in;
@@ -153,7 +153,7 @@ void add_info_command(CLI::App& app) {
     cmd->add_option("--cache-mib", opt->cache_mib,
                     "Memory plan: the state cache budget in MiB (0 = off; default: as clef decide)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-    add_kv_type_option(cmd, opt->kv_type);
+    add_kv_type_option(cmd, opt->kv_bf16);
     cmd->add_flag("--json", opt->json, "Print a JSON object instead of the text summary");
     cmd->callback([opt, model, config]() {
         if (model->count() == 0 && config->count() == 0)

@@ -34,7 +34,6 @@ struct ServeArgs {
     int max_questions = 64;
     std::string confidence = "reference";
     std::string precision = "exact";
-    std::string kv_type = "f32";
     std::string calibration;
     bool log_requests = false;
     std::string log_format;         // "", "text" or "json"
@@ -129,7 +128,6 @@ void run_serve(ServeArgs a, ServerOptions opt) {
     if (opt.max_tokens < 16) throw Error("--max-tokens must be at least 16");
     if (!parse_precision(a.precision, opt.backbone.precision))
         throw Error("--precision: expected exact or bf16, got '" + a.precision + "'");
-    opt.backbone.kv_bf16 = a.kv_type == "bf16";
     if (!(opt.request_read_timeout_s > 0) || !(opt.io_timeout_s > 0))
         throw Error("--request-read-timeout and --io-timeout must be positive");
     opt.log_format = a.log_format == "json"                     ? LogFormat::Json
@@ -262,7 +260,7 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--precision", args->precision,
                     "Projection activations: exact (fp32-accurate) or bf16 (faster, small deviations)")
         ->capture_default_str();
-    add_kv_type_option(cmd, args->kv_type);
+    add_kv_type_option(cmd, opt->backbone.kv_bf16);
     cmd->add_flag("--reference", opt->backbone.reference, "Use the scalar reference kernels (the oracle; slow)");
     cmd->callback([args, opt] { run_serve(*args, *opt); });
 }

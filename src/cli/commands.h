@@ -35,15 +35,19 @@ struct DecisionArgs {
     std::string confidence = "reference";
     int threads = 0;
     std::string precision = "exact";
-    std::string calibration;      // --calibration: a calibration file (clef eval --fit-temperature)
-    std::string kv_type = "f32";  // --kv-type: f32 or bf16 (BackboneOptions::kv_bf16)
+    std::string calibration;  // --calibration: a calibration file (clef eval --fit-temperature)
+    bool kv_bf16 = false;     // --kv-type bf16 (BackboneOptions::kv_bf16)
     // Throws clef::Error (exit 2) for an unknown precision or convention, a non-positive length or an
     // unreadable calibration file.
     DecideOptions options() const;
 };
 void add_decision_options(CLI::App* cmd, DecisionArgs& args);
-// --kv-type f32|bf16 on a command (decide, batch, eval, serve, bench, info).
-void add_kv_type_option(CLI::App* cmd, std::string& kv_type);
+// --kv-type f32|bf16 on a command (decide, batch, eval, serve, bench, info): sets kv_bf16.
+void add_kv_type_option(CLI::App* cmd, bool& kv_bf16);
+// The --kv-type spelling of a K/V storage.
+inline const char* kv_type_name(bool kv_bf16) {
+    return kv_bf16 ? "bf16" : "f32";
+}
 
 // One request line's outcome (clef batch, clef eval): the response, or the error body the server would send.
 // An answered line also keeps its request and decision (logits and probabilities per question).

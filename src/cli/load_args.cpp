@@ -86,16 +86,17 @@ DecideOptions DecisionArgs::options() const {
         throw Error("--confidence: unknown convention '" + confidence + "'");
     if (max_length <= 0) throw Error("--max-length must be positive");
     if (!calibration.empty()) load_calibration(calibration, opt.answers);
-    opt.backbone.kv_bf16 = kv_type == "bf16";
+    opt.backbone.kv_bf16 = kv_bf16;
     return opt;
 }
 
-void add_kv_type_option(CLI::App* cmd, std::string& kv_type) {
-    cmd->add_option("--kv-type", kv_type,
-                    "Full-attention K/V cache storage: f32 (exact) or bf16 (half the memory of long prompts, "
-                    "small deviations: docs/LONG_CONTEXT.md)")
-        ->check(CLI::IsMember({"f32", "bf16"}))
-        ->capture_default_str();
+void add_kv_type_option(CLI::App* cmd, bool& kv_bf16) {
+    cmd->add_option_function<std::string>(
+           "--kv-type", [&kv_bf16](const std::string& s) { kv_bf16 = s == kv_type_name(true); },
+           "Full-attention K/V cache storage: f32 (exact) or bf16 (half the memory of long prompts, small "
+           "deviations: docs/LONG_CONTEXT.md)")
+        ->check(CLI::IsMember({kv_type_name(false), kv_type_name(true)}))
+        ->default_str(kv_type_name(false));
 }
 
 void add_decision_options(CLI::App* cmd, DecisionArgs& args) {
@@ -111,7 +112,7 @@ void add_decision_options(CLI::App* cmd, DecisionArgs& args) {
         ->capture_default_str();
     cmd->add_option("--calibration", args.calibration,
                     "Temperatures per question type from clef eval --fit-temperature (default: none)");
-    add_kv_type_option(cmd, args.kv_type);
+    add_kv_type_option(cmd, args.kv_bf16);
 }
 
 }  // namespace clef

@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "ops/attention_kernels.h"
+#include "ops/simd_kernels.h"
 #include "util/half.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -140,7 +141,7 @@ void load_queries(const AttnCall& a, int g, int64_t i0, int n, const Scratch& x)
             const float* src = a.q + (i0 + p) * a.qs + static_cast<int64_t>(g * G + hh) * a.dh;
             float* dst = x.qt + hh * rows + p;
             for (int d = 0; d < a.dh; ++d) {
-                const float qv = a.round_bf16 ? bf16_to_f32(f32_to_bf16(src[d])) : src[d];
+                const float qv = a.round_bf16 ? clef::bf16_to_f32(clef::f32_to_bf16(src[d])) : src[d];
                 dst[d * x.C] = qv * a.scale;
             }
         }
@@ -156,18 +157,12 @@ void load_block(const AttnCall& a, const void* src, int64_t stride, int g, int64
         const int64_t off = (j0 + j) * stride + static_cast<int64_t>(g) * a.dh;
         float* out = dst + static_cast<int64_t>(j) * a.dh;
         if (a.kv_bf16) {
-            const hn::Rebind<uint16_t, DF> d16;
-            const uint16_t* in = static_cast<const uint16_t*>(src) + off;
-            int64_t d = 0;
-            for (; d + N <= a.dh; d += N)
-                hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(DU(), hn::LoadU(d16, in + d)))),
-                           df, out + d);
-            for (; d < a.dh; ++d) out[d] = bf16_to_f32(in[d]);
+            simd::bf16_to_f32(static_cast<const uint16_t*>(src) + off, out, a.dh);  // simd_kernels.h
         } else if (a.round_bf16) {
             const float* in = static_cast<const float*>(src) + off;
             int64_t d = 0;
             for (; d + N <= a.dh; d += N) hn::StoreU(round_bf16(df, hn::LoadU(df, in + d)), df, out + d);
-            for (; d < a.dh; ++d) out[d] = bf16_to_f32(f32_to_bf16(in[d]));
+            for (; d < a.dh; ++d) out[d] = clef::bf16_to_f32(clef::f32_to_bf16(in[d]));
         } else {
             std::memcpy(out, static_cast<const float*>(src) + off, static_cast<size_t>(a.dh) * sizeof(float));
         }

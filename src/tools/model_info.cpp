@@ -798,10 +798,12 @@ PlanSources gguf_plan_sources(const std::string& path, const std::string& head_d
         if (!t) return std::nullopt;
         return StoredTensor{stored_kind_ggml(t->ggml_type), t->nbytes, true};
     };
-    for (const char* key : {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"})
-        if (f->contains(key)) p.src.tokenizer_bytes += kTokenizerPerEntry * f->get_string_array(key).size();
-    if (f->contains("tokenizer.ggml.tokens"))
-        p.src.tokenizer_ids = static_cast<int64_t>(f->get_string_array("tokenizer.ggml.tokens").size());
+    for (const std::string key : {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"}) {
+        if (!f->contains(key)) continue;
+        const size_t n = f->get_string_array(key).size();
+        p.src.tokenizer_bytes += kTokenizerPerEntry * n;
+        if (key == "tokenizer.ggml.tokens") p.src.tokenizer_ids = static_cast<int64_t>(n);
+    }
     uint64_t& head_source = p.src.head_source_bytes;
     if (p.head) {  // the file's head tensors, read from the mapping into fp32 (model/gguf_model.cpp)
         std::map<std::string, uint64_t> bytes;
