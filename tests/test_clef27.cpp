@@ -5,6 +5,7 @@
 // clef27_oracle_check), whose output for the first 256 ids of basic_mixed is
 // tests/data/tiny-clef27/sigmoid_gate_basic_mixed_256.json.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -34,7 +35,10 @@ nlohmann::json config_with_gate(const std::string& gate) {
 
 // A copy of the fixture whose config names another gate activation (the weights are the same files).
 fs::path fixture_with_gate(const std::string& gate) {
-    const fs::path dir = fs::path(::testing::TempDir()) / ("clef27_gate_" + gate);
+    // Per process: ctest runs each test of this file as its own process, in parallel, and a copy written over
+    // files another process has mapped faults it (SIGBUS).
+    const fs::path dir =
+        fs::path(::testing::TempDir()) / ("clef27_gate_" + gate + "_" + std::to_string(::getpid()));
     fs::create_directories(dir);
     for (const char* f : {"model.safetensors", "joint_head.safetensors", "joint_head_config.json",
                           "tokenizer.json", "tokenizer_config.json", "processor_config.json"})
