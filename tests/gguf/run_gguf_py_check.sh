@@ -12,7 +12,9 @@
 set -euo pipefail
 clef=$1 model=$2 data=$3 work=$4
 here=$(cd "$(dirname "$0")" && pwd)
-py=/usr/bin/python3
+# Every gguf-py call runs under both of numpy's SIMD paths where the CPU has AVX-512 (tests/oracle/numpy_paths.sh):
+# its dequantisation must equal clef's bit for bit on each.
+py="$here/../oracle/numpy_paths.sh /usr/bin/python3"
 if [ ! -f "$work/gguf-py/gguf/__init__.py" ]; then
   rm -rf "$work" && mkdir -p "$work"
   (cd "$work" && npm pack --silent node-llama-cpp@3.22.1 >/dev/null &&
@@ -26,23 +28,23 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 "$clef" convert --model "$data/ggml-blocks.gguf" --out "$out/blocks-f32.gguf" --type f32 >/dev/null
-"$py" "$here/check_gguf_py.py" dequant "$data/ggml-blocks.gguf" "$out/blocks-f32.gguf"
+$py "$here/check_gguf_py.py" dequant "$data/ggml-blocks.gguf" "$out/blocks-f32.gguf"
 
 "$clef" convert --model "$model" --out "$out/tiny-bf16-src.gguf" --type bf16 >/dev/null
-"$py" "$here/check_gguf_py.py" imatrix "$data/ggml-blocks.gguf" "$out/blocks.imatrix"
-"$py" "$here/check_gguf_py.py" imatrix "$out/tiny-bf16-src.gguf" "$out/tiny.imatrix"
+$py "$here/check_gguf_py.py" imatrix "$data/ggml-blocks.gguf" "$out/blocks.imatrix"
+$py "$here/check_gguf_py.py" imatrix "$out/tiny-bf16-src.gguf" "$out/tiny.imatrix"
 for type in f16 bf16 q8_0 q6_k q5_k_m q4_k_m q4_0 iq4_xs iq4_nl q3_k_m q2_k \
     iq3_m iq3_s iq3_xs iq3_xxs iq2_m iq2_s iq2_xs iq2_xxs; do
   # the blocks file requantised by clef (its 512-wide rows take the K and IQ types the tiny model's rows cannot)
   "$clef" convert --model "$data/ggml-blocks.gguf" --out "$out/blocks-$type.gguf" --type "$type" \
     --imatrix "$out/blocks.imatrix" >/dev/null
   "$clef" convert --model "$out/blocks-$type.gguf" --out "$out/blocks-$type-f32.gguf" --type f32 >/dev/null
-  "$py" "$here/check_gguf_py.py" dequant "$out/blocks-$type.gguf" "$out/blocks-$type-f32.gguf"
+  $py "$here/check_gguf_py.py" dequant "$out/blocks-$type.gguf" "$out/blocks-$type-f32.gguf"
   "$clef" convert --model "$model" --out "$out/tiny-$type.gguf" --type "$type" --imatrix "$out/tiny.imatrix" >/dev/null
   "$clef" convert --model "$out/tiny-$type.gguf" --out "$out/tiny-$type-f32.gguf" --type f32 >/dev/null
-  "$py" "$here/check_gguf_py.py" dequant "$out/tiny-$type.gguf" "$out/tiny-$type-f32.gguf"
+  $py "$here/check_gguf_py.py" dequant "$out/tiny-$type.gguf" "$out/tiny-$type-f32.gguf"
 done
 # the fixture's vision tower as llama.cpp's mmproj (clef convert --mmproj: q8_0, f16 fallback and f32 tensors)
 "$clef" convert --model "$model" --mmproj "$out/mmproj-q8_0.gguf" --type q8_0 >/dev/null
 "$clef" convert --model "$out/mmproj-q8_0.gguf" --out "$out/mmproj-f32.gguf" --type f32 >/dev/null
-"$py" "$here/check_gguf_py.py" dequant "$out/mmproj-q8_0.gguf" "$out/mmproj-f32.gguf"
+$py "$here/check_gguf_py.py" dequant "$out/mmproj-q8_0.gguf" "$out/mmproj-f32.gguf"

