@@ -99,15 +99,34 @@ struct Timer {
 
 }  // namespace
 
+// One chunk's stream of kernels, with its options and profile.
 struct Backbone::Ctx {
     const BackboneOptions& opt;
     BackboneProfile* prof;
-    float eps;                    // the RMSNorm epsilon
-    std::vector<float> cos, sin;  // [T][rotary_dim/2] for this chunk
-    double* slot(double BackboneProfile::*m) const { return prof ? &(prof->*m) : nullptr; }
-    // Zero-centred RMSNorm of `rows` rows of d: the scalar reference on the reference path.
-    void rms_norm_zc(const float* x, int64_t rows, int64_t d, const float* w, float* y) const {
-        (opt.reference ? ops::rms_norm_zc : ops::rms_norm_zc_fast)(x, rows, d, w, eps, y);
+    dev::Stream& s;
+    float eps;          // the RMSNorm epsilon
+    dev::Tensor cos, sin;  // [T][rotary_dim/2] for this chunk
+    // Times a kind of work into the profile (waiting for the device's queue at the end of it).
+    struct Scope {
+        Timer tm;
+        dev::Stream* s;
+        Scope(double* slot, dev::Stream* st) : tm(slot), s(st) {}
+        Scope(const Scope&) = delete;
+        ~Scope() {
+            if (tm.slot) s->sync();
+        }
+    };
+    Scope time(double BackboneProfile::*m) const { return Scope(prof ? &(prof->*m) : nullptr, &s); }
+    // Zero-centred RMSNorm of `rows` rows of d.
+    void rms_norm_zc(dev::Span x, int64_t rows, int64_t d, const dev::Tensor& w, dev::Span y) const {
+        s.rms_norm(x, rows, d, w.span(), eps, true, y);
+    }
+    dev::Tensor scratch(int64_t n) const { return s.scratch(n); }
+    // A span's values on the host (traces).
+    std::vector<float> read(dev::Span x) const {
+        std::vector<float> v(static_cast<size_t>(x.n));
+        s.download(v.data(), x);
+        return v;
     }
 };
 
@@ -115,7 +134,7 @@ Backbone::~Backbone() = default;
 
 size_t Backbone::packed_weight_bytes() const {
     size_t bytes = 0;
-    for (const auto& l : linears_) bytes += l->packed_bytes();
+    for (const auto& l : linears_) bytes += l->resident_bytes();
     return bytes;
 }
 
@@ -130,8 +149,9 @@ int64_t Backbone::chunk_length(const BackboneOptions& opt, int64_t T) const {
     return c > 0 ? c : std::max<int64_t>(T, 1);
 }
 
-Backbone::Backbone(const TextConfig& cfg, const WeightSource& src, ops::Residency quant_residency)
-    : cfg_(cfg) {
+Backbone::Backbone(const TextConfig& cfg, const WeightSource& src, ops::Residency quant_residency,
+                   dev::Device& device)
+    : device_(device), cfg_(cfg) {
     check_config(cfg_);
     prefix_ = text_prefix_in([&](const std::string& name) { return src.has(name); });
     if (prefix_.empty())
@@ -140,8 +160,6 @@ Backbone::Backbone(const TextConfig& cfg, const WeightSource& src, ops::Residenc
     layers_.resize(cfg_.num_layers);
     for (int l = 0; l < cfg_.num_layers; ++l) layers_[l].type = cfg_.layer_types[l];
     for_each_text_tensor(cfg_, false, [&](const TensorSpec& s) { load_tensor(s, src, quant_residency); });
-    for (Layer& L : layers_)
-        for (float a : L.gdn.log_decay_rate) L.gdn.neg_exp_A.push_back(-std::exp(a));
 }
 
 // One tensor of the table into its place: a projection as a Linear (a QuantMatrix the source holds, or the
@@ -175,12 +193,7 @@ void Backbone::load_tensor(const TensorSpec& s, const WeightSource& src, ops::Re
         return;
     }
     if (s.matrix) {
-        const bool block_quantised =
-            q && q->type != GgmlType::F32 && q->type != GgmlType::F16 && q->type != GgmlType::BF16;
-        linears_.push_back(
-            q ? std::make_unique<Linear>(*q, LinearPath::Both,
-                                         block_quantised ? quant_residency : ops::Residency::Packed)
-              : std::make_unique<Linear>(*t, LinearPath::Both));
+        linears_.push_back(device_.matrix({t, q, quant_residency}));
         place_linear(s, linears_.back().get());
         return;
     }
@@ -188,7 +201,7 @@ void Backbone::load_tensor(const TensorSpec& s, const WeightSource& src, ops::Re
     place_vector(s, t->to_f32());
 }
 
-void Backbone::place_linear(const TensorSpec& s, const Linear* m) {
+void Backbone::place_linear(const TensorSpec& s, const dev::Matrix* m) {
     Layer& L = layers_[s.layer];
     switch (s.text) {
         case TextWeight::MlpGate:
@@ -234,34 +247,34 @@ void Backbone::place_linear(const TensorSpec& s, const Linear* m) {
 
 void Backbone::place_vector(const TensorSpec& s, std::vector<float> v) {
     if (s.text == TextWeight::FinalNorm) {
-        final_norm_ = std::move(v);
+        final_norm_ = device_.vector(std::move(v));
         return;
     }
     Layer& L = layers_[s.layer];
     switch (s.text) {
         case TextWeight::InputNorm:
-            L.input_norm = std::move(v);
+            L.input_norm = device_.vector(std::move(v));
             return;
         case TextWeight::PostNorm:
-            L.post_norm = std::move(v);
+            L.post_norm = device_.vector(std::move(v));
             return;
         case TextWeight::GdnConv:
-            L.gdn.conv = std::move(v);
+            L.gdn.conv = device_.vector(std::move(v));
             return;
         case TextWeight::GdnDtBias:
-            L.gdn.dt_bias = std::move(v);
+            L.gdn.dt_bias = device_.vector(std::move(v));
             return;
         case TextWeight::GdnALog:
-            L.gdn.log_decay_rate = std::move(v);
+            L.gdn.log_decay_rate = device_.vector(std::move(v));
             return;
         case TextWeight::GdnNorm:
-            L.gdn.norm = std::move(v);
+            L.gdn.norm = device_.vector(std::move(v));
             return;
         case TextWeight::AttnQNorm:
-            L.attn.q_norm = std::move(v);
+            L.attn.q_norm = device_.vector(std::move(v));
             return;
         case TextWeight::AttnKNorm:
-            L.attn.k_norm = std::move(v);
+            L.attn.k_norm = device_.vector(std::move(v));
             return;
         default:
             throw Error("backbone: tensor " + s.hf + " has no place");
@@ -386,10 +399,11 @@ void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const
         throw Error("forward_chunk: the state was not made by this backbone's start()");
     if (trace) trace->layers.assign(cfg_.num_layers, {});
     if (T == 0) return;
-    const size_t n = static_cast<size_t>(T * H);
-    Ctx c{opt, profile, cfg_.rms_norm_eps, {}, {}};
+    const int64_t n = T * H;
+    const std::unique_ptr<dev::Stream> stream = device_.stream({opt.reference, opt.precision});
+    Ctx c{opt, profile, *stream, cfg_.rms_norm_eps, {}, {}};
 
-    // RoPE tables for this chunk, shared by every attention layer.
+    // RoPE tables for this chunk (computed on the host), shared by every attention layer.
     if (count_layers(cfg_, LayerType::FullAttention) > 0) {
         std::vector<int32_t> pos(3 * T);
         for (int a = 0; a < 3; ++a)
@@ -397,268 +411,218 @@ void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const
                 pos[a * T + t] =
                     positions ? positions[a * positions_stride + t] : static_cast<int32_t>(st.position + t);
         const int half = cfg_.rotary_dim / 2;
-        c.cos.resize(T * half);
-        c.sin.resize(T * half);
-        ops::rope_tables(rope_params(cfg_, st.rope_seq_len), pos.data(), T, c.cos.data(), c.sin.data());
+        std::vector<float> cos(T * half), sin(T * half);
+        ops::rope_tables(rope_params(cfg_, st.rope_seq_len), pos.data(), T, cos.data(), sin.data());
+        c.cos = c.scratch(T * half), c.sin = c.scratch(T * half);
+        c.s.upload(c.cos.span(), cos.data());
+        c.s.upload(c.sin.span(), sin.data());
     }
 
-    std::vector<float> h(x, x + n), xn(n), mix(n);
+    dev::Tensor h = c.scratch(n), xn = c.scratch(n), mix = c.scratch(n);
+    c.s.upload(h.span(), x);
     for (int l = 0; l < cfg_.num_layers; ++l) {
         const Layer& L = layers_[l];
         const bool internals =
             trace && std::find(trace->internals_for_layers.begin(), trace->internals_for_layers.end(), l) !=
                          trace->internals_for_layers.end();
         {
-            Timer tm(c.slot(&BackboneProfile::norms));
-            c.rms_norm_zc(h.data(), T, H, L.input_norm.data(), xn.data());
+            auto tm = c.time(&BackboneProfile::norms);
+            c.rms_norm_zc(h.span(), T, H, L.input_norm, xn.span());
         }
-        if (trace) trace->layers[l].input_norm = xn;
+        if (trace) trace->layers[l].input_norm = c.read(xn.span());
         if (L.type == LayerType::LinearAttention)
-            gdn_mixer(L, st.layers[l], xn.data(), T, c, mix.data(),
-                      internals ? &trace->layers[l].gdn : nullptr);
+            gdn_mixer(L, st.layers[l], xn.span(), T, c, mix.span(), internals ? &trace->layers[l].gdn : nullptr);
         else
-            attention_mixer(L, st.layers[l], xn.data(), T, c, mix.data(),
+            attention_mixer(L, st.layers[l], xn.span(), T, c, mix.span(),
                             internals ? &trace->layers[l].attention : nullptr);
-        if (trace) trace->layers[l].mixer_out = mix;
+        if (trace) trace->layers[l].mixer_out = c.read(mix.span());
         {
-            Timer tm(c.slot(&BackboneProfile::norms));
-            ops::add_inplace(h.data(), mix.data(), n);
-            c.rms_norm_zc(h.data(), T, H, L.post_norm.data(), xn.data());
+            auto tm = c.time(&BackboneProfile::norms);
+            c.s.add(h.span(), mix.span());
+            c.rms_norm_zc(h.span(), T, H, L.post_norm, xn.span());
         }
-        mlp(L, xn.data(), T, c, mix.data());
+        mlp(L, xn.span(), T, c, mix.span());
         {
-            Timer tm(c.slot(&BackboneProfile::norms));
-            ops::add_inplace(h.data(), mix.data(), n);
+            auto tm = c.time(&BackboneProfile::norms);
+            c.s.add(h.span(), mix.span());
         }
-        if (trace) trace->layers[l].layer_out = h;
+        if (trace) trace->layers[l].layer_out = c.read(h.span());
     }
-    Timer tm(c.slot(&BackboneProfile::norms));
-    c.rms_norm_zc(h.data(), T, H, final_norm_.data(), out);
+    auto tm = c.time(&BackboneProfile::norms);
+    c.rms_norm_zc(h.span(), T, H, final_norm_, xn.span());
+    c.s.download(out, xn.span());
     st.position += T;
 }
 
-void Backbone::gdn_mixer(const Layer& L, BackboneState::Layer& S, const float* xn, int64_t T, Ctx& c,
-                         float* out, BackboneTrace::Gdn* tr) const {
+void Backbone::gdn_mixer(const Layer& L, BackboneState::Layer& S, dev::Span xn, int64_t T, Ctx& c,
+                         dev::Span out, BackboneTrace::Gdn* tr) const {
     const GdnWeights& w = L.gdn;
     const int Hk = cfg_.linear_num_key_heads, Hv = cfg_.linear_num_value_heads;
     const int dk = cfg_.linear_key_head_dim, dv = cfg_.linear_value_head_dim;
     const int64_t key_dim = int64_t{Hk} * dk, value_dim = int64_t{Hv} * dv;
     const int64_t conv_dim = 2 * key_dim + value_dim;
+    dev::Stream& s = c.s;
+    // The layer's state on the device for this chunk (the CPU's is the state itself).
+    const dev::Tensor conv_state = device_.wrap(S.conv.data(), static_cast<int64_t>(S.conv.size()));
+    const dev::Tensor delta_state = device_.wrap(S.delta.data(), static_cast<int64_t>(S.delta.size()));
 
     // Projections: qkv (convolved), z (output gate), b (beta), a (decay input).
-    std::vector<float> qkv(T * conv_dim), conv(T * conv_dim), z(T * value_dim), b(T * Hv), a(T * Hv);
+    dev::Tensor qkv = c.scratch(T * conv_dim), conv = c.scratch(T * conv_dim), z = c.scratch(T * value_dim),
+                b = c.scratch(T * Hv), a = c.scratch(T * Hv);
     {
-        Timer tm(c.slot(&BackboneProfile::gdn_proj));
-        w.qkv->forward(xn, T, qkv.data(), c.opt.reference, c.opt.precision);
-        w.z->forward(xn, T, z.data(), c.opt.reference, c.opt.precision);
-        w.b->forward(xn, T, b.data(), c.opt.reference, c.opt.precision);
-        w.a->forward(xn, T, a.data(), c.opt.reference, c.opt.precision);
+        auto tm = c.time(&BackboneProfile::gdn_proj);
+        s.linear(*w.qkv, xn, T, qkv.span());
+        s.linear(*w.z, xn, T, z.span());
+        s.linear(*w.b, xn, T, b.span());
+        s.linear(*w.a, xn, T, a.span());
     }
-    std::vector<float> q(T * key_dim), k(T * key_dim);
+    dev::Tensor q = c.scratch(T * key_dim), k = c.scratch(T * key_dim);
     {
-        Timer tm(c.slot(&BackboneProfile::gdn_conv_gates));
-        ops::causal_conv1d_silu(qkv.data(), T, conv_dim, conv_dim, w.conv.data(), cfg_.linear_conv_kernel,
-                                S.conv.data(), S.conv.data(), conv.data(), conv_dim);
+        auto tm = c.time(&BackboneProfile::gdn_conv_gates);
+        s.conv1d_silu(qkv.span(), T, conv_dim, w.conv.span(), cfg_.linear_conv_kernel, conv_state.span(),
+                      conv.span());
         qkv = {};
         // q, k: L2-normalised per head (q also scaled by 1/sqrt(dk)); v stays in the conv output.
         const float q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
-        const auto l2 = c.opt.reference ? ops::l2_norm : ops::l2_norm_fast;
-#pragma omp parallel for schedule(static) if (!c.opt.reference && T * key_dim > (1 << 15))
-        for (int64_t t = 0; t < T; ++t) {
-            const float* ct = conv.data() + t * conv_dim;
-            l2(ct, Hk, dk, 1e-6f, q_scale, q.data() + t * key_dim);
-            l2(ct + key_dim, Hk, dk, 1e-6f, 1.f, k.data() + t * key_dim);
-        }
+        s.l2_norm_heads(conv.span(), conv_dim, T, Hk, dk, 1e-6f, q_scale, q.span());
+        s.l2_norm_heads(conv.at(key_dim, T * conv_dim - key_dim), conv_dim, T, Hk, dk, 1e-6f, 1.f, k.span());
         // beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias), in place.
-        for (int64_t t = 0; t < T; ++t)
-            for (int h = 0; h < Hv; ++h) {
-                b[t * Hv + h] = ops::sigmoid(b[t * Hv + h]);
-                a[t * Hv + h] = w.neg_exp_A[h] * ops::softplus(a[t * Hv + h] + w.dt_bias[h]);
-            }
+        s.gdn_gates(b.span(), a.span(), T, Hv, w.log_decay_rate.span(), w.dt_bias.span());
     }
 
-    std::vector<float> o(T * value_dim);
+    dev::Tensor o = c.scratch(T * value_dim);
     {
-        Timer tm(c.slot(&BackboneProfile::delta_rule));
-        ops::DeltaRuleArgs d;
-        d.T = T;
-        d.num_k_heads = Hk;
-        d.num_v_heads = Hv;
-        d.dk = dk;
-        d.dv = dv;
-        d.q = q.data();
-        d.q_stride = key_dim;
-        d.k = k.data();
-        d.k_stride = key_dim;
-        d.v = conv.data() + 2 * key_dim;
-        d.v_stride = conv_dim;
-        d.beta = b.data();
-        d.beta_stride = Hv;
-        d.g = a.data();
-        d.g_stride = Hv;
-        d.out = o.data();
-        d.out_stride = value_dim;
-        d.initial_state = S.delta.data();
-        d.final_state = S.delta.data();
-        if (c.opt.chunked_delta_rule && !c.opt.reference)
-            ops::gated_delta_rule_chunked_fast(d, 64);
-        else if (c.opt.chunked_delta_rule)
-            ops::gated_delta_rule_chunked(d, 64);
-        else
-            ops::gated_delta_rule_serial(d);
+        auto tm = c.time(&BackboneProfile::delta_rule);
+        dev::DeltaRule d;
+        d.T = T, d.Hk = Hk, d.Hv = Hv, d.dk = dk, d.dv = dv;
+        d.q = q.span(), d.q_ld = key_dim;
+        d.k = k.span(), d.k_ld = key_dim;
+        d.v = conv.at(2 * key_dim, T * conv_dim - 2 * key_dim), d.v_ld = conv_dim;
+        d.beta = b.span(), d.g = a.span(), d.out = o.span(), d.state = delta_state.span();
+        d.chunked = c.opt.chunked_delta_rule;
+        s.delta_rule(d);
     }
 
     // Gated RMSNorm per value head: norm.weight * rmsnorm(o) * silu(z) (or sigmoid(z), by the config).
-    std::vector<float> y(T * value_dim);
+    dev::Tensor y = c.scratch(T * value_dim);
     {
-        Timer tm(c.slot(&BackboneProfile::gdn_conv_gates));
-        (c.opt.reference ? ops::rms_norm_gated : ops::rms_norm_gated_fast)(
-            o.data(), z.data(), T * Hv, dv, w.norm.data(), cfg_.rms_norm_eps, y.data(), cfg_.gdn_norm_gate);
+        auto tm = c.time(&BackboneProfile::gdn_conv_gates);
+        s.rms_norm_gated(o.span(), z.span(), T * Hv, dv, w.norm.span(), cfg_.rms_norm_eps, cfg_.gdn_norm_gate,
+                         y.span());
     }
     {
-        Timer tm(c.slot(&BackboneProfile::gdn_proj));
-        w.out->forward(y.data(), T, out, c.opt.reference, c.opt.precision);
+        auto tm = c.time(&BackboneProfile::gdn_proj);
+        s.linear(*w.out, y.span(), T, out);
     }
 
     if (tr) {
-        tr->conv_silu = conv;
-        tr->q = std::move(q);
-        tr->k = std::move(k);
+        tr->conv_silu = c.read(conv.span());
+        tr->q = c.read(q.span());
+        tr->k = c.read(k.span());
         tr->v.resize(T * value_dim);
         for (int64_t t = 0; t < T; ++t)
-            std::copy_n(conv.data() + t * conv_dim + 2 * key_dim, value_dim, tr->v.data() + t * value_dim);
-        tr->z = std::move(z);
-        tr->beta = std::move(b);
-        tr->g = std::move(a);
-        tr->delta_out = std::move(o);
-        tr->gated_norm = std::move(y);
+            std::copy_n(tr->conv_silu.data() + t * conv_dim + 2 * key_dim, value_dim,
+                        tr->v.data() + t * value_dim);
+        tr->z = c.read(z.span());
+        tr->beta = c.read(b.span());
+        tr->g = c.read(a.span());
+        tr->delta_out = c.read(o.span());
+        tr->gated_norm = c.read(y.span());
     }
 }
 
 namespace {
 
-// Appends a chunk's K and V rows to the layer's cache, as fp32 or as bf16 bits.
-void append_kv(BackboneState::Layer& S, const std::vector<float>& k, const std::vector<float>& v, bool bf16) {
-    if (!kv_as_bf16(S, bf16)) {
-        S.k.insert(S.k.end(), k.begin(), k.end());
-        S.v.insert(S.v.end(), v.begin(), v.end());
-        return;
+// Grows the layer's K/V cache (fp32 or bf16 bits) by T rows of kvdim and returns it on the device: the
+// cache as it will be after this chunk, its last T rows still to be written.
+std::pair<dev::Tensor, dev::Tensor> grow_kv(dev::Device& device, BackboneState::Layer& S, int64_t T,
+                                            int64_t kvdim, bool bf16) {
+    const int64_t rows = S.kv_rows(kvdim) + T;
+    if (kv_as_bf16(S, bf16)) {
+        S.kb.resize(rows * kvdim), S.vb.resize(rows * kvdim);
+        return {device.wrap(S.kb.data(), rows * kvdim, dev::Elem::BF16),
+                device.wrap(S.vb.data(), rows * kvdim, dev::Elem::BF16)};
     }
-    for (auto [src, dst] : {std::pair{&k, &S.kb}, std::pair{&v, &S.vb}}) {
-        const size_t n0 = dst->size();
-        dst->resize(n0 + src->size());
-        for (size_t i = 0; i < src->size(); ++i) (*dst)[n0 + i] = f32_to_bf16((*src)[i]);
-    }
-}
-
-// The scalar oracle over the cache (ops::attention): the chunk's T queries after p0 cached rows, query i
-// seeing rows 0 .. p0 + i. A bf16 cache is widened first.
-void reference_attention(const BackboneState::Layer& S, const float* q, int64_t T, int64_t p0, int nh,
-                         int nkv, int hd, float scale, float* out) {
-    const int64_t qdim = int64_t{nh} * hd, kvdim = int64_t{nkv} * hd;
-    std::vector<float> kw, vw;
-    const float *k = S.k.data(), *v = S.v.data();
-    if (S.k.empty()) {
-        for (auto [src, dst] : {std::pair{&S.kb, &kw}, std::pair{&S.vb, &vw}}) {
-            dst->resize(src->size());
-            for (size_t i = 0; i < src->size(); ++i) (*dst)[i] = bf16_to_f32((*src)[i]);
-        }
-        k = kw.data(), v = vw.data();
-    }
-    if (p0 == 0) {
-        ops::attention(q, qdim, k, kvdim, v, kvdim, T, T, nh, nkv, hd, scale, true, out, qdim);
-        return;
-    }
-    for (int64_t i = 0; i < T; ++i)
-        ops::attention(q + i * qdim, qdim, k, kvdim, v, kvdim, 1, p0 + i + 1, nh, nkv, hd, scale, false,
-                       out + i * qdim, qdim);
+    S.k.resize(rows * kvdim), S.v.resize(rows * kvdim);
+    return {device.wrap(S.k.data(), rows * kvdim), device.wrap(S.v.data(), rows * kvdim)};
 }
 
 }  // namespace
 
-void Backbone::attention_mixer(const Layer& L, BackboneState::Layer& S, const float* xn, int64_t T, Ctx& c,
-                               float* out, BackboneTrace::Attention* tr) const {
+void Backbone::attention_mixer(const Layer& L, BackboneState::Layer& S, dev::Span xn, int64_t T, Ctx& c,
+                               dev::Span out, BackboneTrace::Attention* tr) const {
     const AttentionWeights& w = L.attn;
     const int nh = cfg_.num_heads, nkv = cfg_.num_kv_heads, hd = cfg_.head_dim;
     const int64_t qdim = int64_t{nh} * hd, kvdim = int64_t{nkv} * hd;
     const bool gated = cfg_.attn_output_gate;
-    const int64_t qrows = gated ? 2 * qdim : qdim;
+    dev::Stream& s = c.s;
+    const int64_t p0 = S.kv_rows(kvdim);  // cache rows before this chunk
+    const auto [kc, vc] = grow_kv(device_, S, T, kvdim, c.opt.kv_bf16);
 
-    std::vector<float> qg(T * qrows), k(T * kvdim), v(T * kvdim);
+    dev::Tensor qg = c.scratch(T * (gated ? 2 * qdim : qdim)), k = c.scratch(T * kvdim),
+                v = c.scratch(T * kvdim);
     {
-        Timer tm(c.slot(&BackboneProfile::attn_proj));
-        w.q->forward(xn, T, qg.data(), c.opt.reference, c.opt.precision);
-        w.k->forward(xn, T, k.data(), c.opt.reference, c.opt.precision);
-        w.v->forward(xn, T, v.data(), c.opt.reference, c.opt.precision);
+        auto tm = c.time(&BackboneProfile::attn_proj);
+        s.linear(*w.q, xn, T, qg.span());
+        s.linear(*w.k, xn, T, k.span());
+        s.linear(*w.v, xn, T, v.span());
     }
 
     // q_proj rows are per head [query hd | gate hd] when gated.
-    std::vector<float> q(T * qdim), gate(gated ? T * qdim : 0);
+    dev::Tensor q = gated ? c.scratch(T * qdim) : std::move(qg), gate = c.scratch(gated ? T * qdim : 0);
     {
-        Timer tm(c.slot(&BackboneProfile::attn_rope_norm));
-        for (int64_t t = 0; t < T; ++t)
-            for (int h = 0; h < nh; ++h) {
-                const float* src = qg.data() + t * qrows + static_cast<int64_t>(h) * hd * (gated ? 2 : 1);
-                std::copy_n(src, hd, q.data() + t * qdim + int64_t{h} * hd);
-                if (gated) std::copy_n(src + hd, hd, gate.data() + t * qdim + int64_t{h} * hd);
-            }
+        auto tm = c.time(&BackboneProfile::attn_rope_norm);
+        if (gated) s.split_query_gate(qg.span(), T, nh, hd, q.span(), gate.span());
         qg = {};
-        c.rms_norm_zc(q.data(), T * nh, hd, w.q_norm.data(), q.data());
-        c.rms_norm_zc(k.data(), T * nkv, hd, w.k_norm.data(), k.data());
-        ops::rope_apply(q.data(), T, nh, hd, qdim, cfg_.rotary_dim, c.cos.data(), c.sin.data());
-        ops::rope_apply(k.data(), T, nkv, hd, kvdim, cfg_.rotary_dim, c.cos.data(), c.sin.data());
-        append_kv(S, k, v, c.opt.kv_bf16);
+        c.rms_norm_zc(q.span(), T * nh, hd, w.q_norm, q.span());
+        c.rms_norm_zc(k.span(), T * nkv, hd, w.k_norm, k.span());
+        s.rope(q.span(), T, nh, hd, qdim, cfg_.rotary_dim, c.cos.span(), c.sin.span());
+        s.rope(k.span(), T, nkv, hd, kvdim, cfg_.rotary_dim, c.cos.span(), c.sin.span());
+        s.copy(k.span(), kc.at(p0 * kvdim, T * kvdim));
+        s.copy(v.span(), vc.at(p0 * kvdim, T * kvdim));
     }
 
-    std::vector<float> attn(T * qdim);
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-    const int64_t p0 = S.kv_rows(kvdim) - T;  // cache rows before this chunk
+    dev::Tensor attn = c.scratch(T * qdim);
     {
-        Timer tm(c.slot(&BackboneProfile::attention));
-        if (!c.opt.reference) {
-            if (!S.kb.empty())
-                ops::attention_fast(q.data(), qdim, S.kb.data(), kvdim, S.vb.data(), kvdim, T, p0 + T, nh,
-                                    nkv, hd, scale, true, attn.data(), qdim, c.opt.precision);
-            else
-                ops::attention_fast(q.data(), qdim, S.k.data(), kvdim, S.v.data(), kvdim, T, p0 + T, nh, nkv,
-                                    hd, scale, true, attn.data(), qdim, c.opt.precision);
-        } else {
-            reference_attention(S, q.data(), T, p0, nh, nkv, hd, scale, attn.data());
-        }
+        auto tm = c.time(&BackboneProfile::attention);
+        dev::Attention at;
+        at.T = T, at.p0 = p0, at.nh = nh, at.nkv = nkv, at.hd = hd;
+        at.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+        at.q = q.span(), at.k = kc.span(), at.v = vc.span(), at.out = attn.span();
+        s.attention(at);
     }
-    if (tr) tr->attn = attn;
+    if (tr) tr->attn = c.read(attn.span());
     {
-        Timer tm(c.slot(&BackboneProfile::attn_rope_norm));
-        if (gated)
-            for (int64_t i = 0; i < T * qdim; ++i) attn[i] *= ops::sigmoid(gate[i]);
+        auto tm = c.time(&BackboneProfile::attn_rope_norm);
+        if (gated) s.sigmoid_mul(attn.span(), gate.span(), attn.span());
     }
     {
-        Timer tm(c.slot(&BackboneProfile::attn_proj));
-        w.o->forward(attn.data(), T, out, c.opt.reference, c.opt.precision);
+        auto tm = c.time(&BackboneProfile::attn_proj);
+        s.linear(*w.o, attn.span(), T, out);
     }
 
     if (tr) {
-        tr->q_rope = std::move(q);
-        tr->k_rope = std::move(k);
-        tr->v = std::move(v);
-        tr->gate = std::move(gate);
+        tr->q_rope = c.read(q.span());
+        tr->k_rope = c.read(k.span());
+        tr->v = c.read(v.span());
+        tr->gate = c.read(gate.span());
     }
 }
 
-void Backbone::mlp(const Layer& L, const float* xn, int64_t T, Ctx& c, float* out) const {
+void Backbone::mlp(const Layer& L, dev::Span xn, int64_t T, Ctx& c, dev::Span out) const {
     const int64_t I = cfg_.intermediate_size;
-    std::vector<float> gate(T * I), up(T * I);
+    dev::Tensor gate = c.scratch(T * I), up = c.scratch(T * I);
     {
-        Timer tm(c.slot(&BackboneProfile::mlp_proj));
-        L.gate->forward(xn, T, gate.data(), c.opt.reference, c.opt.precision);
-        L.up->forward(xn, T, up.data(), c.opt.reference, c.opt.precision);
+        auto tm = c.time(&BackboneProfile::mlp_proj);
+        c.s.linear(*L.gate, xn, T, gate.span());
+        c.s.linear(*L.up, xn, T, up.span());
     }
     {
-        Timer tm(c.slot(&BackboneProfile::mlp_act));
-        (c.opt.reference ? ops::silu_mul : ops::silu_mul_fast)(gate.data(), up.data(), T * I, gate.data());
+        auto tm = c.time(&BackboneProfile::mlp_act);
+        c.s.silu_mul(gate.span(), up.span(), gate.span());
     }
-    Timer tm(c.slot(&BackboneProfile::mlp_proj));
-    L.down->forward(gate.data(), T, out, c.opt.reference, c.opt.precision);
+    auto tm = c.time(&BackboneProfile::mlp_proj);
+    c.s.linear(*L.down, gate.span(), T, out);
 }
 
 bool parse_precision(const std::string& s, ops::Precision& out) {

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "device/device.h"
 #include "io/weight_source.h"
 #include "model/config.h"
-#include "model/linear.h"
 #include "ops/gemm.h"
 #include "quant/quant.h"
 
@@ -132,8 +132,10 @@ public:
     // dequantised per token. quant_residency applies to the block-quantised projections (Q8_0, Q4_K, ...):
     // Streamed (the default) keeps them in the mapped file and dequantises each one per prefill chunk (memory
     // ~ the GGUF file), Packed unpacks them to bf16 once at load (faster, bf16-size memory).
+    // The layers run on `device` (device/device.h): its matrices and vectors hold the weights, and each chunk
+    // is one stream of its kernels.
     Backbone(const TextConfig& cfg, const WeightSource& weights,
-             ops::Residency quant_residency = ops::Residency::Streamed);
+             ops::Residency quant_residency = ops::Residency::Streamed, dev::Device& device = dev::cpu());
     ~Backbone();
     Backbone(const Backbone&) = delete;
     Backbone& operator=(const Backbone&) = delete;
@@ -211,42 +213,42 @@ public:
                        BackboneTrace* trace = nullptr, BackboneProfile* profile = nullptr) const;
 
 private:
-    // The weights by role (model/tensors.h names them).
+    // The weights by role (model/tensors.h names them), on the device.
     struct GdnWeights {
-        const Linear *qkv = nullptr, *z = nullptr, *a = nullptr, *b = nullptr, *out = nullptr;
-        std::vector<float> conv;  // [conv_dim][K]
-        std::vector<float> log_decay_rate, dt_bias, norm;
-        std::vector<float> neg_exp_A;  // -exp(log_decay_rate), precomputed
+        const dev::Matrix *qkv = nullptr, *z = nullptr, *a = nullptr, *b = nullptr, *out = nullptr;
+        dev::Tensor conv;  // [conv_dim][K]
+        dev::Tensor log_decay_rate, dt_bias, norm;  // A_log, dt_bias, the gated norm's weight
     };
     struct AttentionWeights {
-        const Linear *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
-        std::vector<float> q_norm, k_norm;
+        const dev::Matrix *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
+        dev::Tensor q_norm, k_norm;
     };
     struct Layer {
         LayerType type = LayerType::LinearAttention;
-        std::vector<float> input_norm, post_norm;
-        const Linear *gate = nullptr, *up = nullptr, *down = nullptr;
+        dev::Tensor input_norm, post_norm;
+        const dev::Matrix *gate = nullptr, *up = nullptr, *down = nullptr;
         GdnWeights gdn;
         AttentionWeights attn;
     };
     void load_tensor(const TensorSpec& s, const WeightSource& src, ops::Residency quant_residency);
-    void place_linear(const TensorSpec& s, const Linear* m);
+    void place_linear(const TensorSpec& s, const dev::Matrix* m);
     void place_vector(const TensorSpec& s, std::vector<float> v);
-    struct Ctx;  // per-chunk scratch and options (backbone.cpp)
+    struct Ctx;  // per-chunk stream, scratch and options (backbone.cpp)
 
-    void gdn_mixer(const Layer& L, BackboneState::Layer& S, const float* xn, int64_t T, Ctx& c, float* out,
+    void gdn_mixer(const Layer& L, BackboneState::Layer& S, dev::Span xn, int64_t T, Ctx& c, dev::Span out,
                    BackboneTrace::Gdn* tr) const;
-    void attention_mixer(const Layer& L, BackboneState::Layer& S, const float* xn, int64_t T, Ctx& c,
-                         float* out, BackboneTrace::Attention* tr) const;
-    void mlp(const Layer& L, const float* xn, int64_t T, Ctx& c, float* out) const;
+    void attention_mixer(const Layer& L, BackboneState::Layer& S, dev::Span xn, int64_t T, Ctx& c,
+                         dev::Span out, BackboneTrace::Attention* tr) const;
+    void mlp(const Layer& L, dev::Span xn, int64_t T, Ctx& c, dev::Span out) const;
 
+    dev::Device& device_;
     TextConfig cfg_;
     std::string prefix_;
     const unsigned char* embed_data_ = nullptr;  // [vocab][hidden] in the mapped file
     DType embed_dtype_ = DType::F32;
     std::unique_ptr<QuantMatrix> embed_quant_;  // the table when it comes from `quant` (rows read per token)
-    std::vector<float> final_norm_;
-    std::vector<std::unique_ptr<Linear>> linears_;
+    dev::Tensor final_norm_;
+    std::vector<std::unique_ptr<dev::Matrix>> linears_;
     std::vector<Layer> layers_;
 };
 

@@ -6,7 +6,7 @@
 #include <set>
 #include <string>
 
-#include "model/linear.h"
+#include "device/linear.h"
 #include "ops/basic.h"
 #include "ops/gemm.h"
 #include "util/error.h"

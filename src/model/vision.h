@@ -20,7 +20,7 @@
 
 #include "io/weight_source.h"
 #include "model/config.h"
-#include "model/linear.h"
+#include "device/linear.h"
 #include "ops/gemm.h"
 
 namespace clef {

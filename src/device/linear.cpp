@@ -1,4 +1,4 @@
-#include "model/linear.h"
+#include "device/linear.h"
 
 #include <algorithm>
 #include <cstring>

@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "device/device.h"
 #include "io/safetensors.h"
 #include "ops/gemm.h"
 #include "quant/quant.h"
@@ -20,7 +21,8 @@ namespace clef {
 
 enum class LinearPath { Fast, Reference, Both };
 
-class Linear {
+// The CPU device's matrix (device/device.h dev::Matrix): dev::cpu().matrix() makes one with LinearPath::Both.
+class Linear : public dev::Matrix {
 public:
     Linear() = default;
     // w [out][in] in a float dtype (BF16 / F16 packed from the mapped bytes, or used in place where the GEMM
@@ -34,15 +36,16 @@ public:
            bool keep_f32 = false);
     Linear(Linear&&) noexcept;
     Linear& operator=(Linear&&) noexcept;
-    ~Linear();
+    ~Linear() override;
 
-    int64_t out() const { return out_; }
-    int64_t in() const { return in_; }
+    int64_t out() const override { return out_; }
+    int64_t in() const override { return in_; }
     const std::vector<float>& bias() const { return bias_; }
     // The fp32 weights when kept (the reference path of an fp32 layer, or keep_f32), else nullptr.
     const float* f32() const { return f32_.empty() ? nullptr : f32_.data(); }
     size_t packed_bytes() const { return packed_.packed_bytes(); }
-    bool streamed() const { return packed_.streamed(); }
+    size_t resident_bytes() const override { return packed_bytes(); }
+    bool streamed() const override { return packed_.streamed(); }
     bool has_fast() const { return !packed_.empty(); }
 
     // y[m][out] = x[m][in] · Wᵀ + b: the reference path when asked and built (a Reference-only layer always

@@ -1,0 +1,182 @@
+// The device seam: what the model parts (model/backbone.cpp first) need from the hardware that runs their
+// layers, written once so that a second backend is a new implementation of these three classes, not a rewrite
+// of the model. docs/ARCHITECTURE.md "The device seam" shows the data flow of one decision through it.
+//
+//   Device   owns memory: buffers, weight matrices resident in their file's type, weight vectors.
+//   Stream   one run's queue of kernels over that memory (the CPU runs each call at once; a GPU records them
+//            and runs them when the host needs a result: download(), sync()).
+//   Span     n values at an element offset of a buffer: what every kernel reads and writes.
+//
+// The CPU device (device/cpu.h) is today's kernels (src/ops) behind this interface: its buffers are host
+// memory, wrap() is free, and a Stream with reference = true runs the scalar oracles instead of the fast
+// kernels. Layouts are row-major with the row strides named in each kernel.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "ops/basic.h"
+#include "ops/gemm.h"
+#include "quant/quant.h"
+
+namespace clef::dev {
+
+// What one element of a buffer is.
+enum class Elem : uint8_t { F32, BF16 };
+
+// Memory on a device. bytes() is its size; host() its address where the CPU addresses it (the CPU device),
+// else nullptr.
+class Buffer {
+public:
+    virtual ~Buffer() = default;
+    virtual size_t bytes() const = 0;
+    virtual void* host() = 0;
+};
+
+// n elements of type `elem` from element offset `off` of buf.
+struct Span {
+    Buffer* buf = nullptr;
+    int64_t off = 0;
+    int64_t n = 0;
+    Elem elem = Elem::F32;
+    // The sub-span [o, o + len).
+    Span at(int64_t o, int64_t len) const { return {buf, off + o, len, elem}; }
+    bool empty() const { return n == 0; }
+    // Host addresses of the first element (CPU device only: nullptr elsewhere).
+    void* host() const;
+    float* f32() const { return static_cast<float*>(host()); }
+    uint16_t* u16() const { return static_cast<uint16_t*>(host()); }
+};
+
+// A buffer with its one span: weight vectors, scratch activations, wrapped host arrays.
+class Tensor {
+public:
+    Tensor() = default;
+    Tensor(std::unique_ptr<Buffer> b, int64_t n, Elem e = Elem::F32) : buf_(std::move(b)), n_(n), elem_(e) {}
+    Span span() const { return {buf_.get(), 0, n_, elem_}; }
+    Span at(int64_t o, int64_t len) const { return span().at(o, len); }
+    int64_t size() const { return n_; }
+    bool empty() const { return n_ == 0; }
+    float* f32() const { return span().f32(); }
+
+private:
+    std::unique_ptr<Buffer> buf_;
+    int64_t n_ = 0;
+    Elem elem_ = Elem::F32;
+};
+
+// A weight matrix W [out][in] resident on a device, in its file's type or a packed form of it: y = x Wᵀ (+ b).
+class Matrix {
+public:
+    virtual ~Matrix() = default;
+    virtual int64_t out() const = 0;
+    virtual int64_t in() const = 0;
+    // Bytes of the weights the device holds for it (0 where they stay in the mapped file).
+    virtual size_t resident_bytes() const = 0;
+    // Whether each run reads the weights from the mapped file again (a streamed quantised matrix).
+    virtual bool streamed() const = 0;
+};
+
+// Where a matrix's weights come from: a checkpoint tensor in its dtype, or a quantised matrix of a GGUF file
+// (quant_residency: ops::Residency, how the block-quantised kinds are held).
+struct MatrixSource {
+    const TensorView* tensor = nullptr;
+    const QuantMatrix* quant = nullptr;
+    ops::Residency quant_residency = ops::Residency::Streamed;
+};
+
+// How a stream computes.
+struct StreamOptions {
+    bool reference = false;  // the scalar oracles (the CPU device only), else the fast kernels
+    ops::Precision precision = ops::Precision::Exact;  // activations entering the projections
+};
+
+// The gated delta rule over a chunk (ops/delta_rule.h DeltaRuleArgs, on spans): q, k [T][Hk][dk] at row
+// strides q_ld / k_ld, v [T][Hv][dv] at v_ld, beta and g [T][Hv], out [T][Hv][dv], state [Hv][dk][dv]
+// (read, then overwritten with the state after the chunk).
+struct DeltaRule {
+    int64_t T = 0;
+    int Hk = 0, Hv = 0, dk = 0, dv = 0;
+    Span q, k, v, beta, g, out, state;
+    int64_t q_ld = 0, k_ld = 0, v_ld = 0;
+    bool chunked = true;  // 64-token chunked (WY) form, else token-serial
+};
+
+// Causal attention of T query rows against a K/V cache: query i of the chunk sees cache rows
+// [0, p0 + i] (p0 rows precede the chunk). q and out [T][nh*hd], k and v [p0+T][nkv*hd] (F32 or BF16).
+struct Attention {
+    int64_t T = 0, p0 = 0;
+    int nh = 0, nkv = 0, hd = 0;
+    float scale = 1;
+    Span q, k, v, out;
+};
+
+class Stream {
+public:
+    virtual ~Stream() = default;
+    virtual const StreamOptions& options() const = 0;
+
+    // Memory for this run's activations (n elements; contents undefined).
+    virtual Tensor scratch(int64_t n, Elem e = Elem::F32) = 0;
+    // Host data in and out of device spans (dst.n / src.n elements). download() waits for the work before it.
+    virtual void upload(Span dst, const void* src) = 0;
+    virtual void download(void* dst, Span src) = 0;
+    // Waits until every kernel queued so far has run (the CPU runs each at once).
+    virtual void sync() = 0;
+
+    // y[m][out] = x[m][in] · Wᵀ + b.
+    virtual void linear(const Matrix& w, Span x, int64_t m, Span y) = 0;
+    // RMSNorm of `rows` rows of d: y = x / rms(x) * (1 + w) (zero_centred, Qwen3.5's) or * w. y may alias x.
+    virtual void rms_norm(Span x, int64_t rows, int64_t d, Span w, float eps, bool zero_centred, Span y) = 0;
+    // h += x.
+    virtual void add(Span h, Span x) = 0;
+    // out = silu(gate) * up; out may alias gate or up.
+    virtual void silu_mul(Span gate, Span up, Span out) = 0;
+    // out = x * sigmoid(gate); out may alias x.
+    virtual void sigmoid_mul(Span x, Span gate, Span out) = 0;
+    // Causal depthwise conv1d over T rows of C channels (taps w [C][K]) with SiLU; state holds the last K-1
+    // input rows before the chunk and is updated to those after it.
+    virtual void conv1d_silu(Span x, int64_t T, int64_t C, Span w, int K, Span state, Span y) = 0;
+    // y row t, head h = x[t*x_ld + h*d ..] / max(||.||, eps) * scale, for T rows of `heads` heads; y rows are
+    // heads*d apart.
+    virtual void l2_norm_heads(Span x, int64_t x_ld, int64_t T, int heads, int d, float eps, float scale,
+                               Span y) = 0;
+    // The GDN gates in place over [T][Hv]: beta = sigmoid(b), g = -exp(A_log[h]) * softplus(a + dt_bias[h]).
+    virtual void gdn_gates(Span b, Span a, int64_t T, int Hv, Span A_log, Span dt_bias) = 0;
+    virtual void delta_rule(const DeltaRule& d) = 0;
+    // y = rms_norm(x, w) * gate(z), rows of d.
+    virtual void rms_norm_gated(Span x, Span z, int64_t rows, int64_t d, Span w, float eps, ops::NormGate gate,
+                                Span y) = 0;
+    // Splits T rows of nh heads laid out [query hd | gate hd] into q [T][nh*hd] and gate [T][nh*hd].
+    virtual void split_query_gate(Span qg, int64_t T, int nh, int hd, Span q, Span gate) = 0;
+    // Rotary embedding in place on the first rotary_dim dims of each head: x [T][heads*hd] at row stride ld;
+    // cos, sin [T][rotary_dim/2].
+    virtual void rope(Span x, int64_t T, int heads, int hd, int64_t ld, int rotary_dim, Span cos, Span sin) = 0;
+    // dst = src, converting F32 to dst's element type (BF16: round to nearest even).
+    virtual void copy(Span src, Span dst) = 0;
+    virtual void attention(const Attention& a) = 0;
+};
+
+// A device: where buffers live and kernels run.
+class Device {
+public:
+    virtual ~Device() = default;
+    virtual std::string name() const = 0;
+    virtual bool is_cpu() const = 0;
+    // A weight vector (norms, biases, decays), copied to the device.
+    virtual Tensor vector(std::vector<float> v) = 0;
+    // A weight matrix. Both: the reference path of a CPU stream can run it too.
+    virtual std::unique_ptr<Matrix> matrix(const MatrixSource& src) = 0;
+    // A host array as a span of this device for the duration of a run: the CPU device's is the array itself;
+    // a GPU's is a copy that the stream's sync() writes back.
+    virtual Tensor wrap(void* host, int64_t n, Elem e = Elem::F32) = 0;
+    virtual std::unique_ptr<Stream> stream(const StreamOptions& opt) = 0;
+};
+
+// The CPU device (device/cpu.cpp), shared by every model part.
+Device& cpu();
+
+}  // namespace clef::dev

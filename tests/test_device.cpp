@@ -1,0 +1,157 @@
+// The device seam (src/device/device.h): the backbone runs every layer through it. A second backend is
+// stood in for by a decorator of the CPU device that counts what crosses the seam: its output must equal the
+// CPU device's bit for bit (the same kernels run), every kernel must come through its stream, and one chunk
+// must move only its inputs in (embeddings, RoPE tables) and its hidden states out: no host round trip per
+// layer.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "device/device.h"
+#include "io/safetensors.h"
+#include "model/backbone.h"
+#include "model/config.h"
+#include "test_util.h"
+
+using namespace clef;
+using clef::testing::data_path;
+
+namespace {
+
+// What crossed the seam, by kind.
+struct Counts {
+    std::map<std::string, int> kernels;
+    int uploads = 0, downloads = 0, streams = 0, matrices = 0, vectors = 0;
+};
+
+// A stream that forwards to the CPU device's and counts.
+class CountingStream final : public dev::Stream {
+public:
+    CountingStream(std::unique_ptr<dev::Stream> s, Counts& c) : s_(std::move(s)), c_(c) {}
+    const dev::StreamOptions& options() const override { return s_->options(); }
+    dev::Tensor scratch(int64_t n, dev::Elem e) override { return s_->scratch(n, e); }
+    void upload(dev::Span dst, const void* src) override { ++c_.uploads, s_->upload(dst, src); }
+    void download(void* dst, dev::Span src) override { ++c_.downloads, s_->download(dst, src); }
+    void sync() override { s_->sync(); }
+    void linear(const dev::Matrix& w, dev::Span x, int64_t m, dev::Span y) override {
+        k("linear"), s_->linear(w, x, m, y);
+    }
+    void rms_norm(dev::Span x, int64_t r, int64_t d, dev::Span w, float eps, bool zc, dev::Span y) override {
+        k("rms_norm"), s_->rms_norm(x, r, d, w, eps, zc, y);
+    }
+    void add(dev::Span h, dev::Span x) override { k("add"), s_->add(h, x); }
+    void silu_mul(dev::Span g, dev::Span u, dev::Span o) override { k("silu_mul"), s_->silu_mul(g, u, o); }
+    void sigmoid_mul(dev::Span x, dev::Span g, dev::Span o) override {
+        k("sigmoid_mul"), s_->sigmoid_mul(x, g, o);
+    }
+    void conv1d_silu(dev::Span x, int64_t T, int64_t C, dev::Span w, int K, dev::Span st, dev::Span y) override {
+        k("conv1d_silu"), s_->conv1d_silu(x, T, C, w, K, st, y);
+    }
+    void l2_norm_heads(dev::Span x, int64_t ld, int64_t T, int h, int d, float eps, float sc,
+                       dev::Span y) override {
+        k("l2_norm_heads"), s_->l2_norm_heads(x, ld, T, h, d, eps, sc, y);
+    }
+    void gdn_gates(dev::Span b, dev::Span a, int64_t T, int Hv, dev::Span ne, dev::Span dt) override {
+        k("gdn_gates"), s_->gdn_gates(b, a, T, Hv, ne, dt);
+    }
+    void delta_rule(const dev::DeltaRule& d) override { k("delta_rule"), s_->delta_rule(d); }
+    void rms_norm_gated(dev::Span x, dev::Span z, int64_t r, int64_t d, dev::Span w, float eps,
+                        ops::NormGate g, dev::Span y) override {
+        k("rms_norm_gated"), s_->rms_norm_gated(x, z, r, d, w, eps, g, y);
+    }
+    void split_query_gate(dev::Span qg, int64_t T, int nh, int hd, dev::Span q, dev::Span g) override {
+        k("split_query_gate"), s_->split_query_gate(qg, T, nh, hd, q, g);
+    }
+    void rope(dev::Span x, int64_t T, int h, int hd, int64_t ld, int rd, dev::Span c, dev::Span s) override {
+        k("rope"), s_->rope(x, T, h, hd, ld, rd, c, s);
+    }
+    void copy(dev::Span src, dev::Span dst) override { k("copy"), s_->copy(src, dst); }
+    void attention(const dev::Attention& a) override { k("attention"), s_->attention(a); }
+
+private:
+    void k(const char* name) { ++c_.kernels[name]; }
+    std::unique_ptr<dev::Stream> s_;
+    Counts& c_;
+};
+
+class CountingDevice final : public dev::Device {
+public:
+    std::string name() const override { return "counting"; }
+    bool is_cpu() const override { return false; }
+    dev::Tensor vector(std::vector<float> v) override { return ++c.vectors, dev::cpu().vector(std::move(v)); }
+    std::unique_ptr<dev::Matrix> matrix(const dev::MatrixSource& s) override {
+        return ++c.matrices, dev::cpu().matrix(s);
+    }
+    dev::Tensor wrap(void* host, int64_t n, dev::Elem e) override { return dev::cpu().wrap(host, n, e); }
+    std::unique_ptr<dev::Stream> stream(const dev::StreamOptions& o) override {
+        ++c.streams;
+        return std::make_unique<CountingStream>(dev::cpu().stream(o), c);
+    }
+    Counts c;
+};
+
+struct Tiny {
+    Checkpoint ckpt = Checkpoint::open(data_path("tiny-clef/model.safetensors"));
+    TextConfig cfg = load_model_config(data_path("tiny-clef/config.json")).text;
+};
+
+std::vector<int32_t> ids(int64_t n, int64_t vocab) {
+    std::vector<int32_t> v(n);
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<int32_t>((i * 7919 + 13) % vocab);
+    return v;
+}
+
+}  // namespace
+
+TEST(DeviceSeam, BackboneRunsEveryLayerThroughTheSeam) {
+    Tiny t;
+    CountingDevice counting;
+    const Backbone cpu_backbone(t.cfg, t.ckpt);
+    const Backbone seam_backbone(t.cfg, t.ckpt, ops::Residency::Streamed, counting);
+    const int linear_layers = static_cast<int>(
+        std::count(t.cfg.layer_types.begin(), t.cfg.layer_types.end(), LayerType::LinearAttention));
+    const int attention_layers = t.cfg.num_layers - linear_layers;
+    ASSERT_GT(linear_layers, 0);
+    ASSERT_GT(attention_layers, 0);
+    // Every projection is a device matrix: 4 MLP-and-norm-free projections per GDN layer + out, 4 per
+    // attention layer, 3 MLP per layer.
+    EXPECT_EQ(counting.c.matrices, linear_layers * 5 + attention_layers * 4 + t.cfg.num_layers * 3);
+
+    const std::vector<int32_t> prompt = ids(37, t.cfg.vocab_size);
+    for (bool reference : {false, true}) {
+        BackboneOptions opt;
+        opt.reference = reference;
+        counting.c = {};
+        EXPECT_EQ(seam_backbone.forward(prompt, opt), cpu_backbone.forward(prompt, opt)) << reference;
+        // One chunk (the prompt is shorter than a chunk): one stream, the embeddings and the RoPE tables in,
+        // the hidden states out.
+        EXPECT_EQ(counting.c.streams, 1);
+        EXPECT_EQ(counting.c.uploads, 3);
+        EXPECT_EQ(counting.c.downloads, 1);
+        EXPECT_EQ(counting.c.kernels["delta_rule"], linear_layers);
+        EXPECT_EQ(counting.c.kernels["attention"], attention_layers);
+        EXPECT_EQ(counting.c.kernels["linear"], linear_layers * 5 + attention_layers * 4 + t.cfg.num_layers * 3);
+        // input norm, post norm per layer, q/k norms per attention layer, the final norm
+        EXPECT_EQ(counting.c.kernels["rms_norm"], 2 * t.cfg.num_layers + 2 * attention_layers + 1);
+    }
+}
+
+TEST(DeviceSeam, ChunksCarryTheirStateThroughTheDevice) {
+    Tiny t;
+    CountingDevice counting;
+    const Backbone cpu_backbone(t.cfg, t.ckpt);
+    const Backbone seam_backbone(t.cfg, t.ckpt, ops::Residency::Streamed, counting);
+    BackboneOptions opt;
+    opt.prefill_chunk = 16;
+    for (bool kv_bf16 : {false, true}) {
+        opt.kv_bf16 = kv_bf16;
+        const std::vector<int32_t> prompt = ids(53, t.cfg.vocab_size);
+        counting.c = {};
+        EXPECT_EQ(seam_backbone.forward(prompt, opt), cpu_backbone.forward(prompt, opt)) << kv_bf16;
+        EXPECT_EQ(counting.c.streams, 4);  // ceil(53 / 16) chunks, one stream each
+        EXPECT_EQ(counting.c.downloads, 4);
+    }
+}
