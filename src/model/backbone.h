@@ -13,6 +13,7 @@
 #include "io/weight_source.h"
 #include "model/config.h"
 #include "model/linear.h"
+#include "model/text_weights.h"
 #include "ops/gemm.h"
 #include "quant/quant.h"
 
@@ -211,27 +212,13 @@ public:
                        BackboneTrace* trace = nullptr, BackboneProfile* profile = nullptr) const;
 
 private:
-    // The weights by role (model/tensors.h names them).
-    struct GdnWeights {
-        const Linear *qkv = nullptr, *z = nullptr, *a = nullptr, *b = nullptr, *out = nullptr;
-        std::vector<float> conv;  // [conv_dim][K]
-        std::vector<float> log_decay_rate, dt_bias, norm;
-        std::vector<float> neg_exp_A;  // -exp(log_decay_rate), precomputed
-    };
-    struct AttentionWeights {
-        const Linear *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
-        std::vector<float> q_norm, k_norm;
-    };
-    struct Layer {
+    // The weights by role (model/tensors.h names them, model/text_weights.h holds them).
+    using GdnWeights = TextGdnWeights;
+    using AttentionWeights = TextAttentionWeights;
+    struct Layer : TextLayerWeights {
         LayerType type = LayerType::LinearAttention;
-        std::vector<float> input_norm, post_norm;
-        const Linear *gate = nullptr, *up = nullptr, *down = nullptr;
-        GdnWeights gdn;
-        AttentionWeights attn;
     };
     void load_tensor(const TensorSpec& s, const WeightSource& src, ops::Residency quant_residency);
-    void place_linear(const TensorSpec& s, const Linear* m);
-    void place_vector(const TensorSpec& s, std::vector<float> v);
     struct Ctx;  // per-chunk scratch and options (backbone.cpp)
 
     void gdn_mixer(const Layer& L, BackboneState::Layer& S, const float* xn, int64_t T, Ctx& c, float* out,
