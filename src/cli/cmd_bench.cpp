@@ -238,7 +238,7 @@ BenchTower load_bench_tower(const BenchArgs& a, const char* flag) {
     if (a.reference)
         b.reference = std::make_unique<VisionTower>(*b.engine->config().vision,
                                                     Checkpoint::open(locate_model_dir(a.model).weights_path),
-                                                    "model.visual.", /*reference=*/true);
+                                                    kVisionPrefix, /*reference=*/true);
     b.load_s = seconds_since(tl);
     return b;
 }

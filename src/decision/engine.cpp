@@ -11,6 +11,7 @@
 #include "model/head.h"
 #include "model/model_files.h"
 #include "model/mrope.h"
+#include "model/tensors.h"
 #include "model/vision.h"
 #include "ops/basic.h"
 #include "ops/cpu.h"
@@ -83,16 +84,17 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const std::s
         options.unpack_quantised ? ops::Residency::Packed : ops::Residency::Streamed);
     // The head converts its tensors to fp32 and packs them: its source is released once the head is built.
     const std::unique_ptr<WeightSource> head = std::move(m.head);
-    std::string lexical = "lm_head.weight";
+    const std::string lm_head = text_tensor(e->config_.text, TextWeight::LmHead).hf;
+    std::string lexical = lm_head;
     if (!e->weights_->has(lexical) && e->config_.text.tie_word_embeddings)
-        lexical = e->backbone_->prefix() + "embed_tokens.weight";
+        lexical = text_name(text_tensor(e->config_.text, TextWeight::Embed), e->backbone_->prefix());
     if (const QuantMatrix* q = e->weights_->find_matrix(lexical))
         e->head_ = std::make_unique<JointHead>(e->head_config_, *head, *q);
     else if (const TensorView* t = e->weights_->find(lexical))
         e->head_ = std::make_unique<JointHead>(e->head_config_, *head, *t);
     else
-        throw Error(e->weights_->description() +
-                    ": missing tensor lm_head.weight (the head's lexical table)");
+        throw Error(e->weights_->description() + ": missing tensor " + lm_head +
+                    " (the head's lexical table)");
     e->vision_weights_ = std::move(m.vision);
     const WeightSource& vision_weights = e->vision_weights_ ? *e->vision_weights_ : *e->weights_;
     if (e->config_.vision && VisionTower::in_checkpoint(vision_weights)) e->load_vision(m, vision_weights);

@@ -194,91 +194,11 @@ void Backbone::load_tensor(const TensorSpec& s, const WeightSource& src, ops::Re
     }
     if (s.matrix) {
         linears_.push_back(device_.matrix({t, q, quant_residency}));
-        place_linear(s, linears_.back().get());
+        *s.slot.linear(layers_[s.layer]) = linears_.back().get();
         return;
     }
     if (q) throw Error(src.description() + ": tensor " + name + " is held as a quantised matrix");
-    place_vector(s, t->to_f32());
-}
-
-void Backbone::place_linear(const TensorSpec& s, const dev::Matrix* m) {
-    Layer& L = layers_[s.layer];
-    switch (s.text) {
-        case TextWeight::MlpGate:
-            L.gate = m;
-            return;
-        case TextWeight::MlpUp:
-            L.up = m;
-            return;
-        case TextWeight::MlpDown:
-            L.down = m;
-            return;
-        case TextWeight::GdnQkv:
-            L.gdn.qkv = m;
-            return;
-        case TextWeight::GdnZ:
-            L.gdn.z = m;
-            return;
-        case TextWeight::GdnA:
-            L.gdn.a = m;
-            return;
-        case TextWeight::GdnB:
-            L.gdn.b = m;
-            return;
-        case TextWeight::GdnOut:
-            L.gdn.out = m;
-            return;
-        case TextWeight::AttnQ:
-            L.attn.q = m;
-            return;
-        case TextWeight::AttnK:
-            L.attn.k = m;
-            return;
-        case TextWeight::AttnV:
-            L.attn.v = m;
-            return;
-        case TextWeight::AttnO:
-            L.attn.o = m;
-            return;
-        default:
-            throw Error("backbone: tensor " + s.hf + " is not a projection");
-    }
-}
-
-void Backbone::place_vector(const TensorSpec& s, std::vector<float> v) {
-    if (s.text == TextWeight::FinalNorm) {
-        final_norm_ = device_.vector(std::move(v));
-        return;
-    }
-    Layer& L = layers_[s.layer];
-    switch (s.text) {
-        case TextWeight::InputNorm:
-            L.input_norm = device_.vector(std::move(v));
-            return;
-        case TextWeight::PostNorm:
-            L.post_norm = device_.vector(std::move(v));
-            return;
-        case TextWeight::GdnConv:
-            L.gdn.conv = device_.vector(std::move(v));
-            return;
-        case TextWeight::GdnDtBias:
-            L.gdn.dt_bias = device_.vector(std::move(v));
-            return;
-        case TextWeight::GdnALog:
-            L.gdn.log_decay_rate = device_.vector(std::move(v));
-            return;
-        case TextWeight::GdnNorm:
-            L.gdn.norm = device_.vector(std::move(v));
-            return;
-        case TextWeight::AttnQNorm:
-            L.attn.q_norm = device_.vector(std::move(v));
-            return;
-        case TextWeight::AttnKNorm:
-            L.attn.k_norm = device_.vector(std::move(v));
-            return;
-        default:
-            throw Error("backbone: tensor " + s.hf + " has no place");
-    }
+    *(s.text == TextWeight::FinalNorm ? &final_norm_ : s.slot.vector(layers_[s.layer])) = device_.vector(t->to_f32());
 }
 
 void Backbone::embed_into(const int32_t* ids, int64_t n, float* out) const {

@@ -13,6 +13,7 @@
 #include "device/device.h"
 #include "io/weight_source.h"
 #include "model/config.h"
+#include "model/text_weights.h"
 #include "ops/gemm.h"
 #include "quant/quant.h"
 
@@ -213,26 +214,13 @@ public:
                        BackboneTrace* trace = nullptr, BackboneProfile* profile = nullptr) const;
 
 private:
-    // The weights by role (model/tensors.h names them), on the device.
-    struct GdnWeights {
-        const dev::Matrix *qkv = nullptr, *z = nullptr, *a = nullptr, *b = nullptr, *out = nullptr;
-        dev::Tensor conv;  // [conv_dim][K]
-        dev::Tensor log_decay_rate, dt_bias, norm;  // A_log, dt_bias, the gated norm's weight
-    };
-    struct AttentionWeights {
-        const dev::Matrix *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
-        dev::Tensor q_norm, k_norm;
-    };
-    struct Layer {
+    // The weights by role (model/tensors.h names them, model/text_weights.h holds them on the device).
+    using GdnWeights = TextGdnWeights;
+    using AttentionWeights = TextAttentionWeights;
+    struct Layer : TextLayerWeights {
         LayerType type = LayerType::LinearAttention;
-        dev::Tensor input_norm, post_norm;
-        const dev::Matrix *gate = nullptr, *up = nullptr, *down = nullptr;
-        GdnWeights gdn;
-        AttentionWeights attn;
     };
     void load_tensor(const TensorSpec& s, const WeightSource& src, ops::Residency quant_residency);
-    void place_linear(const TensorSpec& s, const dev::Matrix* m);
-    void place_vector(const TensorSpec& s, std::vector<float> v);
     struct Ctx;  // per-chunk stream, scratch and options (backbone.cpp)
 
     void gdn_mixer(const Layer& L, BackboneState::Layer& S, dev::Span xn, int64_t T, Ctx& c, dev::Span out,

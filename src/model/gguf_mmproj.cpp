@@ -57,23 +57,40 @@ nlohmann::json deepstack_layers(const GgufFile& f) {
     return out;
 }
 
+// The patch embedding's GGUF kernels (one per temporal frame) and the position table, as the vision table
+// names them.
+struct MmprojNames {
+    std::vector<std::string> frames;
+    std::string positions;
+};
+
+MmprojNames mmproj_names() {
+    MmprojNames n;
+    for_each_vision_tensor(VisionConfig{}, [&](const TensorSpec& s) {
+        if (s.layout == GgufLayout::PatchFrame) n.frames.push_back(s.gguf);
+        if (s.module == static_cast<int>(VisionModule::PosEmbed)) n.positions = s.gguf;
+    });
+    return n;
+}
+
 // config.json's vision_config from the metadata and the tensors' shapes (patch {P, P, C, H}, positions {H,
 // N}).
 nlohmann::json vision_config_json(const GgufFile& f) {
-    const GgufTensorInfo& patch = need_tensor(f, "v.patch_embd.weight");
-    const GgufTensorInfo& pos = need_tensor(f, "v.position_embd.weight");
+    const MmprojNames names = mmproj_names();
+    const GgufTensorInfo& patch = need_tensor(f, names.frames[0]);
+    const GgufTensorInfo& pos = need_tensor(f, names.positions);
     if (patch.dims.size() != 4 || pos.dims.size() != 2)
-        throw Error(f.path() + ": v.patch_embd.weight must be 4-D and v.position_embd.weight 2-D");
-    if (!f.find_tensor("v.patch_embd.weight.1"))
-        throw Error(f.path() +
-                    ": missing tensor v.patch_embd.weight.1 (the patch embedding's second temporal frame)");
+        throw Error(f.path() + ": " + names.frames[0] + " must be 4-D and " + names.positions + " 2-D");
+    if (!f.find_tensor(names.frames[1]))
+        throw Error(f.path() + ": missing tensor " + names.frames[1] +
+                    " (the patch embedding's second temporal frame)");
     nlohmann::json v;
     v["depth"] = f.get_int(key::kBlockCount);
     v["hidden_size"] = f.get_int(key::kEmbeddingLength);
     v["num_heads"] = f.get_int(key::kHeadCount);
     v["intermediate_size"] = f.get_int(key::kFeedForwardLength);
     v["patch_size"] = f.get_int(key::kPatchSize);
-    v["temporal_patch_size"] = 2;  // the two kernels v.patch_embd.weight and v.patch_embd.weight.1
+    v["temporal_patch_size"] = 2;  // the two kernels names.frames
     // llama.cpp's default for the Qwen-VL projectors when the key is absent.
     v["spatial_merge_size"] = f.contains(key::kSpatialMergeSize) ? f.get_int(key::kSpatialMergeSize) : 2;
     v["num_position_embeddings"] = pos.dims[1];
@@ -133,12 +150,12 @@ const GgufTensorInfo& checked_tensor(const GgufFile& f, const TensorSpec& s) {
     return t;
 }
 
-// Frame s.part of the patch embedding ([H][C][P][P]) into its place in the Conv3d weight [H][C][T][P][P].
+// Frame s.slice of the patch embedding ([H][C][P][P]) into its place in the Conv3d weight [H][C][T][P][P].
 void place_frame(const std::vector<float>& frame, const TensorSpec& s, std::vector<float>& conv) {
     const int64_t T = s.shape[2], pp = s.shape[3] * s.shape[4], hc = s.shape[0] * s.shape[1];
     conv.resize(static_cast<size_t>(s.numel()));
     for (int64_t i = 0; i < hc; ++i)
-        std::copy_n(frame.begin() + i * pp, pp, conv.begin() + (i * T + s.part) * pp);
+        std::copy_n(frame.begin() + i * pp, pp, conv.begin() + (i * T + s.slice) * pp);
 }
 
 std::unique_ptr<WeightSource> read_weights(const std::shared_ptr<GgufFile>& f, const VisionConfig& v) {
@@ -150,7 +167,7 @@ std::unique_ptr<WeightSource> read_weights(const std::shared_ptr<GgufFile>& f, c
         const GgufTensorInfo& t = checked_tensor(*f, s);
         if (s.layout == GgufLayout::PatchFrame) {
             place_frame(gguf_tensor_f32(*f, t), s, conv);
-            if (s.part + 1 == s.shape[2]) out->add_f32(s.hf, s.shape, std::exchange(conv, {}));
+            if (s.slice + 1 == s.shape[2]) out->add_f32(s.hf, s.shape, std::exchange(conv, {}));
         } else if (gguf_float_type(t)) {
             out->add_view(gguf_tensor_view(*f, t, s.hf));
         } else {

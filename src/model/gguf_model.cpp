@@ -208,17 +208,15 @@ std::unique_ptr<WeightSource> gguf_head(const GgufFile& f, const HeadConfig& hc)
     out->set_description(f.path() + " (joint head)");
     std::map<std::string, std::vector<float>> packed;  // the parts of split in-projections gathered so far
     for_each_head_tensor(hc, [&](const TensorSpec& s) {
-        if (s.layout == GgufLayout::Scales) {
-            if (s.hf != "prior_logit_scale") return;  // the three scalars are one GGUF vector
+        if (s.layout == GgufLayout::Scales) {  // the three scalars are one GGUF vector
             const GgufTensorInfo& t = find_tensor(f, s.gguf);
             if (t.n_elements() != 3) throw Error(f.path() + ": " + s.gguf + " must hold 3 values");
             const std::vector<float> v = dequantize_tensor(f, t);
             if (!(v[0] > 0 && v[1] > 0 && v[2] > 0 && v[2] < 1))
-                throw Error(f.path() +
-                            ": decision.scales must hold exp(prior) > 0, exp(joint) > 0, sigmoid(gate)");
-            out->add_f32("prior_logit_scale", {}, {std::log(v[0])});
-            out->add_f32("joint_logit_scale", {}, {std::log(v[1])});
-            out->add_f32("residual_gate", {}, {std::log(v[2] / (1 - v[2]))});
+                throw Error(f.path() + ": " + s.gguf +
+                            " must hold exp(prior) > 0, exp(joint) > 0, sigmoid(gate)");
+            const float x = v[s.slice];
+            out->add_f32(s.hf, {}, {s.slice < 2 ? std::log(x) : std::log(x / (1 - x))});
             return;
         }
         const GgufTensorInfo& t = find_tensor(f, s.gguf);
@@ -231,7 +229,7 @@ std::unique_ptr<WeightSource> gguf_head(const GgufFile& f, const HeadConfig& hc)
             throw Error(f.path() + ": " + s.gguf + " is not a third of " + s.hf + " " + shape_str(s.shape));
         std::vector<float>& p = packed[s.hf];
         p.insert(p.end(), x.begin(), x.end());
-        if (s.part == 2) out->add_f32(s.hf, s.shape, std::exchange(p, {}));
+        if (s.slice == 2) out->add_f32(s.hf, s.shape, std::exchange(p, {}));
     });
     return out;
 }
@@ -331,8 +329,9 @@ GgufModelConfig read_gguf_model_config(const GgufFile& file) {
     const std::string A = m.arch + ".";
 
     // config.json equivalent.
-    const GgufTensorInfo* embd = f->find_tensor("token_embd.weight");
-    if (!embd || embd->dims.size() != 2) throw Error(path + ": missing 2-D tensor token_embd.weight");
+    const std::string embd_name = text_gguf_name(TextWeight::Embed);
+    const GgufTensorInfo* embd = f->find_tensor(embd_name);
+    if (!embd || embd->dims.size() != 2) throw Error(path + ": missing 2-D tensor " + embd_name);
     nlohmann::json tc;
     const int64_t n_layers = meta_int(*f, A + "block_count");
     const int64_t interval = meta_int(*f, A + "full_attention_interval");
@@ -351,11 +350,12 @@ GgufModelConfig read_gguf_model_config(const GgufFile& file) {
     tc["num_key_value_heads"] = meta_int(*f, A + "attention.head_count_kv");
     tc["head_dim"] = head_dim;
     tc["rms_norm_eps"] = f->get_float(A + "attention.layer_norm_rms_epsilon");
-    tc["rope_parameters"] = {{"rope_type", "default"},
-                             {"rope_theta", f->get_float(A + "rope.freq_base")},
-                             {"partial_rotary_factor", head_dim > 0 ? static_cast<double>(rot) / head_dim : 0.0},
-                             {"mrope_section", sec},
-                             {"mrope_interleaved", true}};
+    tc["rope_parameters"] = {
+        {"rope_type", "default"},
+        {"rope_theta", f->get_float(A + "rope.freq_base")},
+        {"partial_rotary_factor", head_dim > 0 ? static_cast<double>(rot) / head_dim : 0.0},
+        {"mrope_section", sec},
+        {"mrope_interleaved", true}};
     read_rope_scaling(*f, A, tc["rope_parameters"]);
     const int64_t hk = meta_int(*f, A + "ssm.group_count"), hv = meta_int(*f, A + "ssm.time_step_rank");
     tc["linear_num_key_heads"] = hk;
@@ -364,8 +364,9 @@ GgufModelConfig read_gguf_model_config(const GgufFile& file) {
     tc["linear_value_head_dim"] = hv > 0 ? meta_int(*f, A + "ssm.inner_size") / hv : 0;
     tc["linear_conv_kernel_dim"] = meta_int(*f, A + "ssm.conv_kernel");
     if (f->contains(A + "ssm.norm_gate")) tc["output_gate_type"] = f->get_string(A + "ssm.norm_gate");
-    tc["max_position_embeddings"] = f->contains(A + "context_length") ? meta_int(*f, A + "context_length") : 262144;
-    tc["tie_word_embeddings"] = f->find_tensor("output.weight") == nullptr;
+    tc["max_position_embeddings"] =
+        f->contains(A + "context_length") ? meta_int(*f, A + "context_length") : 262144;
+    tc["tie_word_embeddings"] = f->find_tensor(text_gguf_name(TextWeight::LmHead)) == nullptr;
     nlohmann::json cj = {{"architectures", {"Qwen3_5ForConditionalGeneration"}},
                          {"model_type", "qwen3_5"},
                          {"text_config", tc}};
@@ -376,11 +377,13 @@ GgufModelConfig read_gguf_model_config(const GgufFile& file) {
     if (m.arch == "clef") {
         const TextConfig& c = m.config.text;
         HeadConfig h;
-        const GgufTensorInfo* mem = f->find_tensor("decision.proj_memory.weight");
-        const GgufTensorInfo* up = f->find_tensor("dec.blk.0.ffn_up.weight");
+        const ModuleIndex names = head_module_names();
+        const std::string mem_name = names.at(HeadModule::MemoryProjection).gguf,
+                          up_name = names.at(HeadModule::FeedforwardIn, 0).gguf;  // dec.blk.0's
+        const GgufTensorInfo* mem = f->find_tensor(mem_name);
+        const GgufTensorInfo* up = f->find_tensor(up_name);
         if (!mem || !up || mem->dims.size() != 2 || up->dims.size() != 2)
-            throw Error(path +
-                        ": missing head tensors decision.proj_memory.weight / dec.blk.0.ffn_up.weight");
+            throw Error(path + ": missing head tensors " + mem_name + " / " + up_name);
         h.hidden_size = c.hidden_size;
         h.width = static_cast<int>(mem->dims[1]);
         h.feedforward = static_cast<int>(up->dims[1]);
@@ -408,7 +411,7 @@ GgufModel load_gguf_model(const std::string& path, const std::string& head_dir) 
     m.weights.set_description(path);
     m.weights.keep_alive(f);
     const GdnHeads g = gdn_heads(c);
-    for_each_text_tensor(c, f->find_tensor("output.weight") != nullptr,
+    for_each_text_tensor(c, f->find_tensor(text_gguf_name(TextWeight::LmHead)) != nullptr,
                          [&](const TensorSpec& s) { add_text_tensor(f, s, g, m.weights); });
     if (m.arch == "clef")
         m.head = gguf_head(*f, *m.head_config);

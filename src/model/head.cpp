@@ -7,6 +7,7 @@
 #include <string>
 
 #include "device/linear.h"
+#include "model/tensors.h"
 #include "ops/basic.h"
 #include "ops/gemm.h"
 #include "util/error.h"
@@ -80,28 +81,33 @@ public:
         used_.insert(name);
         return t->to_f32();
     }
-    float scalar(const std::string& name) { return take(name, {})[0]; }
-    Dense dense(const std::string& prefix, int64_t out, int64_t in, bool bias) {
-        std::vector<float> w = take(prefix + ".weight", {out, in});
+    // The modules of model/tensors.h's head table (names and shapes from it).
+    float scalar(const ModuleRef& m) { return take(m.weight, m.shape)[0]; }
+    std::vector<float> param(const ModuleRef& m) { return take(m.weight, m.shape); }
+    Dense dense(const ModuleRef& m) {
+        const int64_t out = m.shape[0], in = m.shape[1];
+        std::vector<float> w = take(m.weight, m.shape);
         return Dense(std::move(w), out, in, path(),
-                     bias ? take(prefix + ".bias", {out}) : std::vector<float>{});
+                     m.bias.empty() ? std::vector<float>{} : take(m.bias, {out}));
     }
-    Norm norm(const std::string& prefix, int64_t d) {
+    Norm norm(const ModuleRef& m) {
         Norm n;
-        n.w = take(prefix + ".weight", {d});
-        n.b = take(prefix + ".bias", {d});
+        n.w = take(m.weight, m.shape);
+        n.b = take(m.bias, m.shape);
         return n;
     }
-    Attn attn(const std::string& prefix, int64_t w) {
+    // A MultiheadAttention: the packed in-projection in_proj and its out_proj.
+    Attn attn(const ModuleRef& in_proj, const ModuleRef& out_proj) {
         Attn a;
-        const std::vector<float> in_w = take(prefix + ".in_proj_weight", {3 * w, w});
-        const std::vector<float> in_b = take(prefix + ".in_proj_bias", {3 * w});
+        const int64_t w = in_proj.shape[1];
+        const std::vector<float> in_w = take(in_proj.weight, in_proj.shape);
+        const std::vector<float> in_b = take(in_proj.bias, {3 * w});
         Dense* parts[3] = {&a.q, &a.k, &a.v};
         for (int i = 0; i < 3; ++i)
             *parts[i] = Dense(std::vector<float>(in_w.begin() + i * w * w, in_w.begin() + (i + 1) * w * w), w,
                               w, path(), std::vector<float>(in_b.begin() + i * w, in_b.begin() + (i + 1) * w),
                               /*keep_f32=*/i > 0);  // attend_memory reads k's and v's rows
-        a.out = dense(prefix + ".out_proj", w, w, true);
+        a.out = dense(out_proj);
         return a;
     }
     LinearPath path() const { return pack_ ? LinearPath::Fast : LinearPath::Reference; }
@@ -296,55 +302,54 @@ JointHead::JointHead(const HeadConfig& cfg, const WeightSource& head_weights, bo
     if (cfg.width % cfg.heads != 0)
         throw Error(path + ": joint head: width " + std::to_string(cfg.width) +
                     " is not divisible by heads " + std::to_string(cfg.heads));
-    const int64_t H = cfg.hidden_size, W = cfg.width, F = cfg.feedforward;
-
     auto w = std::make_shared<Weights>();
     w->cfg = cfg;
     set_lexical(*w);
 
     TensorTaker t(head_weights, !reference);
-    w->hidden_norm = t.norm("hidden_norm", H);
-    w->memory_projection = t.dense("memory_projection", W, H, false);
-    w->question_projection = t.dense("question_projection", W, H, false);
-    w->option_question_projection = t.dense("option_question_projection", W, H, false);
-    w->global_projection = t.dense("global_projection", W, H, false);
-    w->option_context_projection = t.dense("option_context_projection", W, H, false);
-    w->option_lexical_projection = t.dense("option_lexical_projection", W, H, false);
-    w->type_embedding = t.take("type_embedding.weight", {3, W});
+    using M = HeadModule;
+    const ModuleIndex m = head_modules(cfg);
+    w->hidden_norm = t.norm(m.at(M::HiddenNorm));
+    w->memory_projection = t.dense(m.at(M::MemoryProjection));
+    w->question_projection = t.dense(m.at(M::QuestionProjection));
+    w->option_question_projection = t.dense(m.at(M::OptionQuestionProjection));
+    w->global_projection = t.dense(m.at(M::GlobalProjection));
+    w->option_context_projection = t.dense(m.at(M::OptionContextProjection));
+    w->option_lexical_projection = t.dense(m.at(M::OptionLexicalProjection));
+    w->type_embedding = t.param(m.at(M::TypeEmbedding));
     for (int i = 0; i < cfg.routing_layers; ++i) {
-        const std::string p = "evidence_layers." + std::to_string(i) + ".";
         RoutingLayer l;
-        l.query_norm = t.norm(p + "query_norm", W);
-        l.memory_norm = t.norm(p + "memory_norm", W);
-        l.attention = t.attn(p + "attention", W);
-        l.feedforward_norm = t.norm(p + "feedforward_norm", W);
-        l.ff_in = t.dense(p + "feedforward.0", F, W, true);
-        l.ff_out = t.dense(p + "feedforward.3", W, F, true);
+        l.query_norm = t.norm(m.at(M::QueryNorm, i));
+        l.memory_norm = t.norm(m.at(M::MemoryNorm, i));
+        l.attention = t.attn(m.at(M::Attention, i), m.at(M::AttentionOut, i));
+        l.feedforward_norm = t.norm(m.at(M::FeedforwardNorm, i));
+        l.ff_in = t.dense(m.at(M::FeedforwardIn, i));
+        l.ff_out = t.dense(m.at(M::FeedforwardOut, i));
         w->routing.push_back(std::move(l));
     }
-    w->option_summary_norm = t.norm("option_summary_norm", W);
-    for (int i = 0; i < cfg.layers; ++i) {
-        const std::string p = "layers." + std::to_string(i) + ".";
+    w->option_summary_norm = t.norm(m.at(M::OptionSummaryNorm));
+    for (int i = cfg.routing_layers; i < cfg.routing_layers + cfg.layers; ++i) {  // the table's layer numbers
         FieldLayer l;
-        l.self_attn = t.attn(p + "self_attn", W);
-        l.cross_attn = t.attn(p + "multihead_attn", W);
-        l.linear1 = t.dense(p + "linear1", F, W, true);
-        l.linear2 = t.dense(p + "linear2", W, F, true);
-        l.norm1 = t.norm(p + "norm1", W);
-        l.norm2 = t.norm(p + "norm2", W);
-        l.norm3 = t.norm(p + "norm3", W);
+        l.self_attn = t.attn(m.at(M::SelfAttn, i), m.at(M::SelfAttnOut, i));
+        l.cross_attn = t.attn(m.at(M::CrossAttn, i), m.at(M::CrossAttnOut, i));
+        l.linear1 = t.dense(m.at(M::Linear1, i));
+        l.linear2 = t.dense(m.at(M::Linear2, i));
+        l.norm1 = t.norm(m.at(M::Norm1, i));
+        l.norm2 = t.norm(m.at(M::Norm2, i));
+        l.norm3 = t.norm(m.at(M::Norm3, i));
         w->layers.push_back(std::move(l));
     }
-    w->field_norm = t.norm("field_norm", W);
-    w->option_norm = t.norm("option_norm", W);
-    w->scorer_in = t.dense("residual_scorer.0", W, 4 * W, true);
-    w->scorer_out = t.dense("residual_scorer.3", 1, W, true);
+    w->field_norm = t.norm(m.at(M::FieldNorm));
+    w->option_norm = t.norm(m.at(M::OptionNorm));
+    w->scorer_in = t.dense(m.at(M::ScorerIn));
+    w->scorer_out = t.dense(m.at(M::ScorerOut));
 
     // Scalars: clamp at ln(100), then exp; evaluated in double and rounded once.
     const double cap = std::log(100.0);
-    w->prior_scale = static_cast<float>(std::exp(std::min<double>(t.scalar("prior_logit_scale"), cap)));
-    w->joint_scale = static_cast<float>(std::exp(std::min<double>(t.scalar("joint_logit_scale"), cap)));
-    w->gate = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(t.scalar("residual_gate")))));
+    w->prior_scale = static_cast<float>(std::exp(std::min<double>(t.scalar(m.at(M::PriorScale)), cap)));
+    w->joint_scale = static_cast<float>(std::exp(std::min<double>(t.scalar(m.at(M::JointScale)), cap)));
+    w->gate =
+        static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(t.scalar(m.at(M::ResidualGate))))));
     t.check_all_used();
     w_ = std::move(w);
 }

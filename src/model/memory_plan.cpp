@@ -109,7 +109,7 @@ uint64_t head_bytes(const HeadConfig& h, uint64_t* largest_matrix) {
             total += u(split ? s.numel() / 3 : s.numel()) * kF32;
             return;
         }
-        total += u(panel_rows(rows) * cols) * kF32 + (split && s.part > 0 ? u(rows * cols) * kF32 : 0);
+        total += u(panel_rows(rows) * cols) * kF32 + (split && s.slice > 0 ? u(rows * cols) * kF32 : 0);
         *largest_matrix = std::max(*largest_matrix, u(rows_of(s) * cols) * kF32);
     });
     return total;
@@ -132,7 +132,7 @@ WeightMemory plan_weights(const ModelConfig& model, const HeadConfig* head, cons
         for_each_vision_tensor(*model.vision, [&](const TensorSpec& s) {
             const std::optional<StoredTensor> st = sources.vision(s);
             // The tower loads the Conv3d kernel once (model/vision.cpp), the table lists it per frame.
-            if (!st || (s.layout == GgufLayout::PatchFrame && s.part > 0)) return;
+            if (!st || (s.layout == GgufLayout::PatchFrame && s.slice > 0)) return;
             if (s.matrix)
                 add_matrix(w, w.vision, s, *st, in, false);
             else

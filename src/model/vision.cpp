@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "io/model_dir.h"
+#include "model/tensors.h"
 #include "ops/basic.h"
 #include "ops/cpu.h"
 #include "ops/gemm.h"
@@ -35,12 +36,15 @@ std::vector<float> load(const WeightSource& ckpt, const std::string& name,
     return checked(ckpt, name, shape).to_f32();
 }
 
-// The projection `name` (.weight of shape `shape`, viewed as [out][in], and .bias [out]) on the tower's path.
-Linear load_linear(const WeightSource& ckpt, const std::string& name, const std::vector<int64_t>& shape,
-                   bool reference) {
-    const TensorView& w = checked(ckpt, name + ".weight", shape);  // checked before the bias
-    return Linear(w, reference ? LinearPath::Reference : LinearPath::Fast,
-                  load(ckpt, name + ".bias", {shape[0]}));
+// A module's weight (model/tensors.h's vision table names it and gives its shape).
+std::vector<float> load(const WeightSource& ckpt, const ModuleRef& m) {
+    return load(ckpt, m.weight, m.shape);
+}
+
+// The projection m (its weight viewed as [out][in], and its bias [out]) on the tower's path.
+Linear load_linear(const WeightSource& ckpt, const ModuleRef& m, bool reference) {
+    const TensorView& w = checked(ckpt, m.weight, m.shape);  // checked before the bias
+    return Linear(w, reference ? LinearPath::Reference : LinearPath::Fast, load(ckpt, m.bias, {m.shape[0]}));
 }
 
 // f(r0, r1) over `rows` rows of `width` elements: on the fast path in row blocks on the kernel threads (every
@@ -120,7 +124,7 @@ double vision_flops(const VisionConfig& c, int64_t grid_t, int64_t grid_h, int64
 }
 
 bool VisionTower::in_checkpoint(const WeightSource& ckpt, const std::string& prefix) {
-    return ckpt.find(prefix + "patch_embed.proj.weight") != nullptr;
+    return ckpt.find(vision_modules(VisionConfig{}, prefix).at(VisionModule::PatchEmbed).weight) != nullptr;
 }
 
 bool VisionTower::in_model_dir(const std::string& model_dir) {
@@ -150,29 +154,31 @@ VisionTower::VisionTower(const VisionConfig& cfg, const WeightSource& ckpt, cons
     else
         fail("hidden_act '" + cfg.hidden_act + "' is not supported (gelu_pytorch_tanh or gelu)");
 
-    const int64_t H = cfg.hidden_size, I = cfg.intermediate_size,
-                  M2 = cfg.spatial_merge_size * cfg.spatial_merge_size;
-    patch_embed_ =
-        load_linear(ckpt, prefix + "patch_embed.proj",
-                    {H, cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size, cfg.patch_size}, reference);
-    pos_embed_ = load(ckpt, prefix + "pos_embed.weight", {cfg.num_position_embeddings, H});
-    blocks_.resize(static_cast<size_t>(cfg.depth));
-    for (int l = 0; l < cfg.depth; ++l) {
-        const std::string p = prefix + "blocks." + std::to_string(l) + ".";
+    load_weights(ckpt, prefix);
+}
+
+void VisionTower::load_weights(const WeightSource& ckpt, const std::string& prefix) {
+    using M = VisionModule;
+    const ModuleIndex m = vision_modules(cfg_, prefix);
+    patch_embed_ = load_linear(ckpt, m.at(M::PatchEmbed), reference_);
+    pos_embed_ = load(ckpt, m.at(M::PosEmbed));
+    blocks_.resize(static_cast<size_t>(cfg_.depth));
+    for (int l = 0; l < cfg_.depth; ++l) {
         Block& b = blocks_[static_cast<size_t>(l)];
-        b.norm1.weight = load(ckpt, p + "norm1.weight", {H});
-        b.norm1.bias = load(ckpt, p + "norm1.bias", {H});
-        b.norm2.weight = load(ckpt, p + "norm2.weight", {H});
-        b.norm2.bias = load(ckpt, p + "norm2.bias", {H});
-        b.qkv = load_linear(ckpt, p + "attn.qkv", {3 * H, H}, reference);
-        b.proj = load_linear(ckpt, p + "attn.proj", {H, H}, reference);
-        b.fc1 = load_linear(ckpt, p + "mlp.linear_fc1", {I, H}, reference);
-        b.fc2 = load_linear(ckpt, p + "mlp.linear_fc2", {H, I}, reference);
+        b.norm1 = load_norm(ckpt, m.at(M::Norm1, l));
+        b.norm2 = load_norm(ckpt, m.at(M::Norm2, l));
+        b.qkv = load_linear(ckpt, m.at(M::Qkv, l), reference_);
+        b.proj = load_linear(ckpt, m.at(M::Proj, l), reference_);
+        b.fc1 = load_linear(ckpt, m.at(M::Fc1, l), reference_);
+        b.fc2 = load_linear(ckpt, m.at(M::Fc2, l), reference_);
     }
-    merger_norm_.weight = load(ckpt, prefix + "merger.norm.weight", {H});
-    merger_norm_.bias = load(ckpt, prefix + "merger.norm.bias", {H});
-    merger_fc1_ = load_linear(ckpt, prefix + "merger.linear_fc1", {M2 * H, M2 * H}, reference);
-    merger_fc2_ = load_linear(ckpt, prefix + "merger.linear_fc2", {cfg.out_hidden_size, M2 * H}, reference);
+    merger_norm_ = load_norm(ckpt, m.at(M::MergerNorm));
+    merger_fc1_ = load_linear(ckpt, m.at(M::MergerFc1), reference_);
+    merger_fc2_ = load_linear(ckpt, m.at(M::MergerFc2), reference_);
+}
+
+VisionTower::LayerNormW VisionTower::load_norm(const WeightSource& ckpt, const ModuleRef& m) {
+    return {load(ckpt, m), load(ckpt, m.bias, m.shape)};
 }
 
 // The patch grid of one image: each patch's row and column in merge-block order (the same for every frame).

@@ -21,6 +21,7 @@
 #include "io/weight_source.h"
 #include "model/config.h"
 #include "device/linear.h"
+#include "model/tensors.h"
 #include "ops/gemm.h"
 
 namespace clef {
@@ -57,11 +58,11 @@ public:
     // (clef::Error naming the tensor). Fast path: the matrices are packed (BF16/F16 kept as they are, other
     // dtypes through fp32) and no fp32 copy is kept; reference = true: every tensor converted to fp32.
     // The checkpoint need not outlive the tower.
-    VisionTower(const VisionConfig& cfg, const WeightSource& ckpt,
-                const std::string& prefix = "model.visual.", bool reference = false);
+    VisionTower(const VisionConfig& cfg, const WeightSource& ckpt, const std::string& prefix = kVisionPrefix,
+                bool reference = false);
 
     // Whether the checkpoint holds a vision tower under prefix (its patch embedding).
-    static bool in_checkpoint(const WeightSource& ckpt, const std::string& prefix = "model.visual.");
+    static bool in_checkpoint(const WeightSource& ckpt, const std::string& prefix = kVisionPrefix);
     // Whether a model directory has a vision tower: a vision_config in config.json and the tower's weights.
     // Throws clef::Error when the directory, its config or its weights cannot be read.
     static bool in_model_dir(const std::string& model_dir);
@@ -87,6 +88,9 @@ private:
         Linear qkv, proj, fc1, fc2;
     };
 
+    // Reads the weights from the checkpoint (the vision table's modules under prefix).
+    void load_weights(const WeightSource& ckpt, const std::string& prefix);
+    static LayerNormW load_norm(const WeightSource& ckpt, const ModuleRef& m);
     struct Grid;  // the patch grid of one image (vision.cpp)
     // Buffers one forward pass reuses across blocks.
     struct BlockScratch {

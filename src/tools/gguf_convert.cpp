@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <utility>
 
 #include "io/gguf.h"
 #include "io/model_dir.h"
@@ -207,7 +208,7 @@ struct TensorSink {
 // Whether the file gets an output matrix: when it is not tied to the embeddings, or the checkpoint has one
 // anyway.
 bool writes_output(const TextConfig& c, const Checkpoint& ck) {
-    return !c.tie_word_embeddings || ck.find("lm_head.weight");
+    return !c.tie_word_embeddings || ck.find(text_tensor(c, TextWeight::LmHead).hf);
 }
 
 // The backbone's tensors, read from the checkpoint under prefix and put in the GGUF layouts; the output
@@ -228,33 +229,28 @@ void add_text_tensors(const TextConfig& c, const Checkpoint& ck, const std::stri
     });
 }
 
-// One head tensor of the table: the three scalars as decision.scales, a third of a packed in-projection, or
-// the tensor as it is.
-void add_head_tensor(const TensorSpec& s, const SafetensorsFile& head, const TensorSink& add) {
+// One head tensor of the table: the three scalars as decision.scales (gathered in `scales`, written with the
+// last), a third of a packed in-projection, or the tensor as it is.
+void add_head_tensor(const TensorSpec& s, const SafetensorsFile& head, std::vector<float>& scales,
+                     const TensorSink& add) {
     auto get = [&](const std::string& n) -> const TensorView& {
         const TensorView* t = head.find(n);
         if (!t) throw Error(head.path() + ": missing tensor " + n);
         return *t;
     };
     if (s.layout == GgufLayout::Scales) {
-        if (s.hf != "prior_logit_scale") return;  // the three scalars are written once, together
-        auto val = [&](const char* n) {
-            const TensorView& t = get(n);
-            if (t.numel() != 1) throw Error(head.path() + ": " + n + " is not a scalar");
-            return t.to_f32()[0];
-        };
-        const float ln100 = std::log(100.f);
-        std::vector<float> v = {std::exp(std::min(val("prior_logit_scale"), ln100)),
-                                std::exp(std::min(val("joint_logit_scale"), ln100)),
-                                1.f / (1.f + std::exp(-val("residual_gate")))};
-        add(s, [v] { return v; });
+        const TensorView& t = get(s.hf);
+        if (t.numel() != 1) throw Error(head.path() + ": " + s.hf + " is not a scalar");
+        const float x = t.to_f32()[0];  // [exp(prior), exp(joint)] capped at 100, then sigmoid(gate)
+        scales.push_back(s.slice < 2 ? std::exp(std::min(x, std::log(100.f))) : 1.f / (1.f + std::exp(-x)));
+        if (s.slice == 2) add(s, [v = std::exchange(scales, {})] { return v; });
         return;
     }
     const TensorView& tv = get(s.hf);
     if (tv.shape != s.shape)
         throw Error(head.path() + ": " + s.hf + " has shape " + shape_str(tv.shape) + ", expected " +
                     shape_str(s.shape));
-    add(s, [&tv, split = s.layout == GgufLayout::Split, part = s.part] {
+    add(s, [&tv, split = s.layout == GgufLayout::Split, part = s.slice] {
         std::vector<float> x = tv.to_f32();
         if (!split) return x;
         const size_t third = x.size() / 3;
@@ -310,9 +306,11 @@ ConvertSummary convert_to_gguf(const std::string& model_dir, const std::string& 
         opt, {c.num_layers, c.num_kv_heads > 0 ? c.num_heads / c.num_kv_heads : 0, with_output, false});
     const TensorSink add{w, types, sum};
     add_text_tensors(c, *in.ck, in.ck_prefix, with_output, add);
-    if (clef)
+    if (clef) {
+        std::vector<float> scales;
         for_each_head_tensor(*in.head_config,
-                             [&](const TensorSpec& s) { add_head_tensor(s, *in.head, add); });
+                             [&](const TensorSpec& s) { add_head_tensor(s, *in.head, scales, add); });
+    }
     return write_gguf(w, out_path, opt.progress, std::move(sum));
 }
 
@@ -337,8 +335,8 @@ GgufMixContext mix_context_of(const GgufFile& f) {
         return v && gguf_type_is_integer(v->type()) ? static_cast<int>(v->as_uint()) : 0;
     };
     const int heads = uint_or_0(A + "attention.head_count"), kv = uint_or_0(A + "attention.head_count_kv");
-    return {uint_or_0(A + "block_count"), kv > 0 ? heads / kv : 0, f.find_tensor("output.weight") != nullptr,
-            false};
+    return {uint_or_0(A + "block_count"), kv > 0 ? heads / kv : 0,
+            f.find_tensor(text_gguf_name(TextWeight::LmHead)) != nullptr, false};
 }
 
 // Tensor t of the input in ggml type `type`: its bytes as they are when the type does not change, otherwise

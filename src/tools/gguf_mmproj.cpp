@@ -122,12 +122,12 @@ void write_clip(GgufWriter& w, const ModelConfig& c, const ImageProcessorConfig&
     w.add_uint32("general.quantization_version", 2);
 }
 
-// Frame s.part of the Conv3d weight [H][C][T][P][P]: [H][C][P][P].
+// Frame s.slice of the Conv3d weight [H][C][T][P][P]: [H][C][P][P].
 std::vector<float> frame_of(const std::vector<float>& conv, const TensorSpec& s) {
     const int64_t T = s.shape[2], pp = s.shape[3] * s.shape[4], hc = s.shape[0] * s.shape[1];
     std::vector<float> out(static_cast<size_t>(hc * pp));
     for (int64_t i = 0; i < hc; ++i)
-        std::copy_n(conv.begin() + (i * T + s.part) * pp, pp, out.begin() + i * pp);
+        std::copy_n(conv.begin() + (i * T + s.slice) * pp, pp, out.begin() + i * pp);
     return out;
 }
 

@@ -61,26 +61,7 @@ const FileTypeInfo& info_of(FT t) {
     return kFileTypes[0];
 }
 
-bool contains(std::string_view s, std::string_view part) {
-    return s.find(part) != std::string_view::npos;
-}
-
-// llama.cpp's tensor categories (by name, in its order of tests).
-enum class Cat { Output, TokenEmbd, AttnV, AttnK, AttnQ, AttnOutput, FfnUp, FfnGate, FfnDown, Other };
-
-Cat category_of(std::string_view n) {
-    if (n == "output.weight") return Cat::Output;
-    if (n == "token_embd.weight") return Cat::TokenEmbd;
-    if (contains(n, "attn_qkv.weight") || contains(n, "attn_v.weight"))
-        return Cat::AttnV;  // one class in llama.cpp
-    if (contains(n, "attn_k.weight")) return Cat::AttnK;
-    if (contains(n, "attn_q.weight")) return Cat::AttnQ;
-    if (contains(n, "attn_output.weight")) return Cat::AttnOutput;
-    if (contains(n, "ffn_up")) return Cat::FfnUp;
-    if (contains(n, "ffn_gate")) return Cat::FfnGate;
-    if (contains(n, "ffn_down")) return Cat::FfnDown;
-    return Cat::Other;
-}
+using Q = GgufQuant;
 
 bool any_of(FT t, std::initializer_list<FT> set) {
     for (FT s : set)
@@ -102,11 +83,11 @@ GgmlType output_type(FT ft, GgmlType base, uint64_t row) {
 }
 
 // The 1-2 bit i-quant mixes (IQ1_S/M, IQ2_XXS/XS/S/M).
-GgmlType tiny_mix(Cat c, FT ft, GgmlType t, int layer, const GgufMixContext& ctx) {
+GgmlType tiny_mix(Q c, FT ft, GgmlType t, int layer, const GgufMixContext& ctx) {
     const bool s_or_m = any_of(ft, {FT::IQ2_S, FT::IQ2_M});
-    if (c == Cat::AttnV) return ctx.n_gqa >= 4 ? GgmlType::Q4_K : s_or_m ? GgmlType::IQ3_S : GgmlType::Q2_K;
-    if (c == Cat::FfnDown && layer < ctx.n_layers / 8) return s_or_m ? GgmlType::IQ3_S : GgmlType::Q2_K;
-    if (c == Cat::AttnOutput) {
+    if (c == Q::AttnV) return ctx.n_gqa >= 4 ? GgmlType::Q4_K : s_or_m ? GgmlType::IQ3_S : GgmlType::Q2_K;
+    if (c == Q::FfnDown && layer < ctx.n_layers / 8) return s_or_m ? GgmlType::IQ3_S : GgmlType::Q2_K;
+    if (c == Q::AttnOutput) {
         if (any_of(ft, {FT::IQ1_S, FT::IQ1_M})) return GgmlType::IQ2_XXS;
         if (s_or_m) return GgmlType::IQ3_S;
     }
@@ -188,10 +169,10 @@ GgmlType attn_output_type(FT ft, GgmlType t) {
     }
 }
 
-// llama_tensor_get_type's mix for a backbone tensor of category c in layer `layer` (-1 outside layers).
-GgmlType mix_type(Cat c, FT ft, GgmlType base, int layer, uint64_t row, const GgufMixContext& ctx) {
-    if (c == Cat::Output || (c == Cat::TokenEmbd && !ctx.has_output)) return output_type(ft, base, row);
-    if (c == Cat::TokenEmbd) {
+// llama_tensor_get_type's mix for a backbone tensor of class c in layer `layer` (-1 outside layers).
+GgmlType mix_type(Q c, FT ft, GgmlType base, int layer, uint64_t row, const GgufMixContext& ctx) {
+    if (c == Q::Output || (c == Q::TokenEmbd && !ctx.has_output)) return output_type(ft, base, row);
+    if (c == Q::TokenEmbd) {
         if (any_of(ft, {FT::IQ2_XXS, FT::IQ2_XS, FT::IQ1_S, FT::IQ1_M})) return GgmlType::Q2_K;
         if (any_of(ft, {FT::IQ2_S, FT::IQ2_M, FT::IQ3_XXS})) return GgmlType::IQ3_S;
         return base;
@@ -199,17 +180,17 @@ GgmlType mix_type(Cat c, FT ft, GgmlType base, int layer, uint64_t row, const Gg
     if (any_of(ft, {FT::IQ2_XXS, FT::IQ2_XS, FT::IQ1_S, FT::IQ2_S, FT::IQ2_M, FT::IQ1_M}))
         return tiny_mix(c, ft, base, layer, ctx);
     switch (c) {
-        case Cat::AttnV:
+        case Q::AttnV:
             return attn_v_type(ft, base, layer, ctx);
-        case Cat::AttnK:
-        case Cat::AttnQ:
+        case Q::AttnK:
+        case Q::AttnQ:
             return ft == FT::IQ3_XS ? GgmlType::IQ3_XXS : ft == FT::IQ3_XXS ? GgmlType::IQ2_S : base;
-        case Cat::FfnDown:
+        case Q::FfnDown:
             return ffn_down_type(ft, base, layer, ctx);
-        case Cat::AttnOutput:
+        case Q::AttnOutput:
             return attn_output_type(ft, base);
-        case Cat::FfnUp:
-        case Cat::FfnGate: {
+        case Q::FfnUp:
+        case Q::FfnGate: {
             const int n = ctx.n_layers;
             return ft == FT::IQ3_XS && layer >= n / 8 && layer < 7 * n / 8 ? GgmlType::IQ3_XXS : base;
         }
@@ -288,27 +269,30 @@ uint32_t gguf_file_base_type(GgufFileType t) {
     return T(info_of(t).base);
 }
 
-uint32_t gguf_tensor_type(const std::string& name, const std::vector<uint64_t>& dims, GgufFileType ft,
+uint32_t gguf_tensor_type(GgufQuant q, int layer, const std::vector<uint64_t>& dims, GgufFileType ft,
                           const GgufMixContext& ctx) {
-    const GgufQuant q = gguf_quant_of(name);
     const bool matrix = dims.size() >= 2 && dims[1] > 1;
-    // Before the suffix rule: the second frame is v.patch_embd.weight.1 (llama.cpp forces both kernels).
-    if (q == GgufQuant::PatchEmbd) return ft == FT::F16 ? T(GgmlType::F16) : T(GgmlType::F32);
-    if (!matrix || q == GgufQuant::F32 || contains(name, "norm") || !name.ends_with("weight") ||
-        contains(name, "ssm_conv1d"))
-        return T(GgmlType::F32);
+    if (q == Q::PatchEmbd) return ft == FT::F16 ? T(GgmlType::F16) : T(GgmlType::F32);
+    if (!matrix || q == Q::F32) return T(GgmlType::F32);
     const GgmlType base = info_of(ft).base;
     if (ggml_type_traits(T(base)).block_size == 1) return T(base);  // f32, f16, bf16 files
     GgmlType t;
-    if (q == GgufQuant::HeadQ8 || q == GgufQuant::HeadBF16)
-        t = q == GgufQuant::HeadBF16 ? GgmlType::BF16 : GgmlType::Q8_0;
+    if (q == Q::HeadQ8 || q == Q::HeadBF16)
+        t = q == Q::HeadBF16 ? GgmlType::BF16 : GgmlType::Q8_0;
     else
-        t = mix_type(category_of(name), ft, base, gguf_layer_of(name), dims[0], ctx);
+        t = mix_type(q, ft, base, layer, dims[0], ctx);
     return T(fallback(t, dims[0]));
 }
 
+uint32_t gguf_tensor_type(const std::string& name, const std::vector<uint64_t>& dims, GgufFileType ft,
+                          const GgufMixContext& ctx) {
+    const GgufNameInfo row = gguf_name_info(name);
+    return gguf_tensor_type(row.quant, row.layer, dims, ft, ctx);
+}
+
 bool gguf_type_needs_imatrix(const std::string& name, uint32_t ggml_type) {
-    if (name == "token_embd.weight" || name == "output.weight") return false;
+    const GgufQuant q = gguf_name_info(name).quant;
+    if (q == Q::TokenEmbd || q == Q::Output) return false;
     switch (static_cast<GgmlType>(ggml_type)) {
         case GgmlType::IQ3_XXS:
         case GgmlType::IQ2_XXS:

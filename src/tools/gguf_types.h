@@ -11,6 +11,8 @@
 
 namespace clef {
 
+enum class GgufQuant;  // model/tensors.h
+
 // Values are llama_ftype's.
 enum class GgufFileType : uint32_t {
     F32 = 0,
@@ -63,10 +65,16 @@ struct GgufMixContext {
     bool has_imatrix = false;  // an importance matrix is given
 };
 
-// The ggml type of a tensor (GGUF name, ggml dims) under file type ft.
+// The ggml type of a tensor of class q (model/tensors.h's GgufQuant column; layer: its backbone layer, -1
+// outside the backbone's layers) with ggml dims `dims` under file type ft.
+uint32_t gguf_tensor_type(GgufQuant q, int layer, const std::vector<uint64_t>& dims, GgufFileType ft,
+                          const GgufMixContext& ctx);
+// The same for a tensor of the tables by GGUF name (model/tensors.h's gguf_name_info; a name the tables do
+// not hold takes the base type's rules).
 uint32_t gguf_tensor_type(const std::string& name, const std::vector<uint64_t>& dims, GgufFileType ft,
                           const GgufMixContext& ctx);
-// llama.cpp's rule: these tensor types need an importance matrix (except for token_embd and output).
+// llama.cpp's rule: these tensor types need an importance matrix (except for the embedding table and the
+// output matrix; by GGUF name, as gguf_tensor_type reads it).
 bool gguf_type_needs_imatrix(const std::string& name, uint32_t ggml_type);
 
 }  // namespace clef

@@ -291,7 +291,7 @@ void fill_elements(const Init& init, uint64_t tensor_seed, DType dtype, uint64_t
 std::vector<TensorSpec> plan_backbone(const Preset& d, bool vision) {
     std::vector<TensorSpec> plans;
     const auto add = [&](const TensorSpec& s) {
-        if (s.part == 0) plans.push_back(s);  // the patch embedding once, not once per GGUF frame
+        if (s.slice == 0) plans.push_back(s);  // the patch embedding once, not once per GGUF frame
     };
     if (vision) for_each_vision_tensor(d.vision, add);
     for_each_text_tensor(d.text, true, add);
@@ -301,7 +301,7 @@ std::vector<TensorSpec> plan_backbone(const Preset& d, bool vision) {
 std::vector<TensorSpec> plan_head(const Preset& d) {
     std::vector<TensorSpec> plans;
     for_each_head_tensor(d.head, [&](const TensorSpec& s) {
-        if (s.layout != GgufLayout::Split || s.part == 0) plans.push_back(s);
+        if (s.layout != GgufLayout::Split || s.slice == 0) plans.push_back(s);
     });
     return plans;
 }

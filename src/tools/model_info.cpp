@@ -27,8 +27,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::string_view kLmHeadPrefix = "lm_head.";
-
 bool starts_with(std::string_view s, std::string_view p) {
     return s.substr(0, p.size()) == p;
 }
@@ -41,30 +39,42 @@ std::string detect_text_prefix(const Checkpoint& ck) {
     return p.empty() ? std::string(kTextPrefix) : p;
 }
 
-// Layer index from "<prefix>layers.<N>.<rest>"; -1 when the name does not have that form.
-int layer_index(std::string_view name, std::string_view layers_prefix) {
-    std::string_view rest = name.substr(layers_prefix.size());
-    size_t i = 0;
-    int64_t n = 0;
-    while (i < rest.size() && rest[i] >= '0' && rest[i] <= '9' && n < (int64_t{1} << 31))
-        n = n * 10 + (rest[i++] - '0');
-    if (i == 0 || i >= rest.size() || rest[i] != '.' || n >= (int64_t{1} << 31)) return -1;
-    return static_cast<int>(n);
+// The component of a tensor of the tables (model/tensors.h).
+Part part_of(const TensorSpec& s, const TextConfig& text) {
+    if (s.part == ModelPart::Vision) return Part::Vision;
+    if (s.part == ModelPart::Head) return Part::Head;
+    switch (s.text) {
+        case TextWeight::Embed:
+            return Part::Embed;
+        case TextWeight::FinalNorm:
+            return Part::FinalNorm;
+        case TextWeight::LmHead:
+            return Part::LmHead;
+        case TextWeight::Layer:
+            break;
+    }
+    return text.layer_types[s.layer] == LayerType::FullAttention ? Part::FullLayers : Part::LinearLayers;
 }
 
-Part classify(std::string_view name, const std::string& prefix, const TextConfig& text) {
-    const std::string layers = prefix + "layers.";
-    if (starts_with(name, layers)) {
-        int idx = layer_index(name, layers);
-        if (idx < 0 || idx >= text.num_layers) return Part::Other;
-        return text.layer_types[idx] == LayerType::FullAttention ? Part::FullLayers : Part::LinearLayers;
+// The component of every tensor the tables hold for these configs, by its name in the files: the
+// publisher's names with the text tensors under *prefix, or the GGUF names when prefix is null. A tensor of
+// another name belongs to none (Part::Other).
+class Parts {
+public:
+    Parts(const ModelConfig& m, const HeadConfig* head, const std::string* prefix) {
+        const TensorTables tables{&m.text, true, m.vision ? &*m.vision : nullptr, head};
+        for_each_tensor(tables, [&](const TensorSpec& s) {
+            parts_[prefix ? text_name(s, *prefix) : s.gguf] = part_of(s, m.text);
+        });
     }
-    if (starts_with(name, prefix + "embed_tokens.")) return Part::Embed;
-    if (starts_with(name, prefix + "norm.")) return Part::FinalNorm;
-    if (starts_with(name, kLmHeadPrefix)) return Part::LmHead;
-    if (starts_with(name, kVisionPrefix)) return Part::Vision;
-    return Part::Other;
-}
+    Part operator()(const std::string& name) const {
+        const auto it = parts_.find(name);
+        return it == parts_.end() ? Part::Other : it->second;
+    }
+
+private:
+    std::map<std::string, Part> parts_;
+};
 
 int64_t& slot(ParamCounts& c, Part p) {
     switch (p) {
@@ -119,23 +129,6 @@ std::vector<int> full_attention_layers(const TextConfig& t) {
     for (size_t i = 0; i < t.layer_types.size(); ++i)
         if (t.layer_types[i] == LayerType::FullAttention) idx.push_back(static_cast<int>(i));
     return idx;
-}
-
-// The component of a GGUF tensor (llama.cpp names: token_embd, output, output_norm, blk.N.*, the clef head's
-// decision.* / dec.blk.* / token_types.*, the mmproj vision names v.* / mm.*).
-Part classify_gguf(std::string_view name, const TextConfig& text) {
-    if (starts_with(name, "blk.")) {
-        const int idx = layer_index(name, "blk.");
-        if (idx < 0 || idx >= text.num_layers) return Part::Other;
-        return text.layer_types[idx] == LayerType::FullAttention ? Part::FullLayers : Part::LinearLayers;
-    }
-    if (starts_with(name, "token_embd.")) return Part::Embed;
-    if (starts_with(name, "output_norm.")) return Part::FinalNorm;
-    if (starts_with(name, "output.")) return Part::LmHead;
-    if (starts_with(name, "decision.") || starts_with(name, "dec.blk.") || starts_with(name, "token_types."))
-        return Part::Head;
-    if (starts_with(name, "v.") || starts_with(name, "mm.")) return Part::Vision;
-    return Part::Other;
 }
 
 // Counts per component and per dtype, gathered tensor by tensor.
@@ -280,9 +273,9 @@ ModelInfo compute_model_info(const ModelDir& dir, const ModelDirConfig& config, 
     info.expected = expected_param_counts(info.config, info.head ? &*info.head : nullptr);
 
     Tally tally;
+    const Parts parts(info.config, nullptr, &info.text_prefix);  // the head is a file of its own
     for (const TensorView* t : backbone.all())
-        tally.add(info, t->name, t->numel(), std::string(dtype_name(t->dtype)), t->nbytes,
-                  classify(t->name, info.text_prefix, text));
+        tally.add(info, t->name, t->numel(), std::string(dtype_name(t->dtype)), t->nbytes, parts(t->name));
     info.backbone_tensors = static_cast<int64_t>(backbone.all().size());
     if (head_weights) {
         for (const TensorView& t : head_weights->tensors())
@@ -375,8 +368,9 @@ ModelInfo compute_gguf_model_info(const std::string& path, const std::string& he
     Tally tally;
     std::map<std::string, bool> quant;
     std::map<std::string, std::vector<std::string>> unreadable;  // ggml type -> tensors of it
+    const Parts parts(info.config, info.head ? &*info.head : nullptr, nullptr);
     for (const GgufTensorInfo& t : f.tensors()) {
-        const Part part = classify_gguf(t.name, text);
+        const Part part = parts(t.name);
         tally.add(info, t.name, static_cast<int64_t>(t.n_elements()), ggml_type_name(t.ggml_type), t.nbytes,
                   part);
         if (ggml_type_traits(t.ggml_type).block_size > 1) quant[ggml_type_name(t.ggml_type)] = true;
