@@ -62,37 +62,48 @@ void run_all(Scheduler& s, const std::vector<std::shared_ptr<FakeJob>>& jobs) {
     EXPECT_EQ(s.in_flight(), 0u);
 }
 
+struct Spec {
+    const char* name;
+    int steps;
+    uint64_t memory = 0;
+    bool admitted = true;
+    int cancel_after = -1;
+};
+
+// Runs these jobs with `in_flight` at most and a memory budget (0: none); returns what they did.
+Log run_jobs(const std::vector<Spec>& specs, size_t in_flight, uint64_t budget = 0) {
+    Log log;
+    Scheduler s({8, in_flight});
+    if (budget) s.set_memory_budget(budget);
+    std::vector<std::shared_ptr<FakeJob>> jobs;
+    for (const Spec& j : specs)
+        jobs.push_back(std::make_shared<FakeJob>(log, j.name, j.steps, j.memory, j.admitted, j.cancel_after));
+    run_all(s, jobs);
+    return log;
+}
+
 }  // namespace
 
 // Two in flight: A (3 steps) and B (1) start together; B leaves after the first turn and C takes its place.
 // Turns: [A B] [A C] [A C].
 TEST(Scheduler, RoundRobinOneStepEachTurn) {
-    Log log;
-    Scheduler s({8, 2});
-    run_all(s, {std::make_shared<FakeJob>(log, "A", 3), std::make_shared<FakeJob>(log, "B", 1),
-                std::make_shared<FakeJob>(log, "C", 2)});
+    const Log log = run_jobs({{"A", 3}, {"B", 1}, {"C", 2}}, 2);
     EXPECT_EQ(log.steps, (Strings{"A", "B", "A", "C", "A", "C"}));
     EXPECT_EQ(log.finished, (Strings{"B", "A", "C"}));
 }
 
 // A short job behind a long one finishes after its own two steps, having waited for two of the long one's.
 TEST(Scheduler, ShortJobDoesNotWaitForALongOne) {
-    Log log;
-    Scheduler s({8, 4});
-    auto long_job = std::make_shared<FakeJob>(log, "long", 10);
-    run_all(s, {long_job, std::make_shared<FakeJob>(log, "short", 2)});
+    const Log log = run_jobs({{"long", 10}, {"short", 2}}, 4);
     EXPECT_EQ(log.finished, (Strings{"short", "long"}));
-    EXPECT_EQ(log.steps, (Strings{"long", "short", "long", "short", "long", "long", "long", "long", "long",
-                                  "long", "long", "long"}));
-    EXPECT_EQ(long_job->steps_done(), 10);
+    Strings expected = {"long", "short", "long", "short"};
+    expected.resize(12, "long");
+    EXPECT_EQ(log.steps, expected);
 }
 
 // One in flight: the jobs run one after the other, in arrival order.
 TEST(Scheduler, OneInFlightRunsInArrivalOrder) {
-    Log log;
-    Scheduler s({8, 1});
-    run_all(s, {std::make_shared<FakeJob>(log, "A", 2), std::make_shared<FakeJob>(log, "B", 1),
-                std::make_shared<FakeJob>(log, "C", 2)});
+    const Log log = run_jobs({{"A", 2}, {"B", 1}, {"C", 2}}, 1);
     EXPECT_EQ(log.steps, (Strings{"A", "A", "B", "C", "C"}));
 }
 
@@ -116,33 +127,18 @@ TEST(Scheduler, QueueLimitRefusesBeyondIt) {
 // A job that is not admitted when taken (client gone, deadline passed) is finished without a step, and its
 // memory does not count: A (30) and C (60) fit a budget of 100 together.
 TEST(Scheduler, RefusedJobFinishesWithoutRunning) {
-    Log log;
-    Scheduler s({8, 4});
-    s.set_memory_budget(100);
-    run_all(s, {std::make_shared<FakeJob>(log, "A", 2, 30), std::make_shared<FakeJob>(log, "R", 5, 60, false),
-                std::make_shared<FakeJob>(log, "C", 1, 60)});
+    const Log log = run_jobs({{"A", 2, 30}, {"R", 5, 60, false}, {"C", 1, 60}}, 4, 100);
     EXPECT_EQ(log.steps, (Strings{"A", "C", "A"}));
     EXPECT_EQ(log.finished, (Strings{"R", "C", "A"}));
 }
 
 // Jobs in flight together stay within the budget: B (60) waits for A (60) to finish, and C (30), which would
-// fit beside A, does not overtake B; then B and C run together (90).
+// fit beside A, does not overtake B; then B and C run together (90). Without a budget only max_in_flight
+// bounds them: the three run together.
 TEST(Scheduler, MemoryBudgetHoldsBackInArrivalOrder) {
-    Log log;
-    Scheduler s({8, 4});
-    s.set_memory_budget(100);
-    run_all(s, {std::make_shared<FakeJob>(log, "A", 2, 60), std::make_shared<FakeJob>(log, "B", 1, 60),
-                std::make_shared<FakeJob>(log, "C", 1, 30)});
-    EXPECT_EQ(log.steps, (Strings{"A", "A", "B", "C"}));
-}
-
-// Without a budget only max_in_flight bounds the jobs: the same three run together.
-TEST(Scheduler, NoBudgetMeansNoMemoryBound) {
-    Log log;
-    Scheduler s({8, 4});
-    run_all(s, {std::make_shared<FakeJob>(log, "A", 2, 60), std::make_shared<FakeJob>(log, "B", 1, 60),
-                std::make_shared<FakeJob>(log, "C", 1, 30)});
-    EXPECT_EQ(log.steps, (Strings{"A", "B", "C", "A"}));
+    const std::vector<Spec> jobs = {{"A", 2, 60}, {"B", 1, 60}, {"C", 1, 30}};
+    EXPECT_EQ(run_jobs(jobs, 4, 100).steps, (Strings{"A", "A", "B", "C"}));
+    EXPECT_EQ(run_jobs(jobs, 4).steps, (Strings{"A", "B", "C", "A"}));
 }
 
 // The admission check of one job: within the budget alone, or anything without a budget.
@@ -158,13 +154,9 @@ TEST(Scheduler, Admissible) {
 // A job cancelled in flight (its step reports it done: the client went away) leaves at once and frees its
 // memory for the next one: A would take 10 steps, stops after 2, and B starts in the next turn.
 TEST(Scheduler, CancelledJobLeavesAndFreesItsMemory) {
-    Log log;
-    Scheduler s({8, 4});
-    s.set_memory_budget(100);
-    auto a = std::make_shared<FakeJob>(log, "A", 10, 100, true, 2);
-    run_all(s, {a, std::make_shared<FakeJob>(log, "B", 1, 100)});
+    const Log log = run_jobs({{"A", 10, 100, true, 2}, {"B", 1, 100}}, 4, 100);
     EXPECT_EQ(log.steps, (Strings{"A", "A", "B"}));
-    EXPECT_EQ(a->steps_done(), 2);
+    EXPECT_EQ(log.finished, (Strings{"A", "B"}));
 }
 
 // The queue-depth gauge follows every submission and every take.
