@@ -26,6 +26,11 @@ std::string simd_target() {
     return simd_target_name(t.front());
 }
 
+std::string last_target(KernelFamily family) {
+    const int64_t t = g_last_target[static_cast<int>(family)].load(std::memory_order_relaxed);
+    return t == 0 ? std::string() : simd_target_name(t);
+}
+
 ScopedSimdTarget::ScopedSimdTarget(int64_t target) {
     bool known = false;
     for (int64_t t : simd_targets()) known = known || t == target;
