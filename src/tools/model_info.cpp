@@ -32,12 +32,6 @@ bool starts_with(std::string_view s, std::string_view p) {
 
 enum class Part { LinearLayers, FullLayers, FinalNorm, Embed, LmHead, Vision, Head, Other };
 
-// The text prefix the checkpoint uses (model/tensors.h); the publisher's when it holds no embedding table.
-std::string detect_text_prefix(const Checkpoint& ck) {
-    const std::string p = text_prefix_in([&](const std::string& n) { return ck.find(n) != nullptr; });
-    return p.empty() ? std::string(kTextPrefix) : p;
-}
-
 // The component of a tensor of the tables (model/tensors.h).
 Part part_of(const TensorSpec& s, const TextConfig& text) {
     if (s.part == ModelPart::Vision) return Part::Vision;
