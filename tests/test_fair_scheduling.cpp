@@ -1,7 +1,7 @@
-// Fair chunk scheduling in `clef serve` (src/server/server.cpp, worker_loop): with a long decision in flight,
-// a short request is answered after a few chunks of the long one, not after all of them. The bound is scaled
-// from times measured here (the short request alone, the long one alone divided by its chunks), never a
-// constant.
+// Fair chunk scheduling in `clef serve` (src/server/scheduler.cpp, Scheduler::turn): with a long decision in
+// flight, a short request is answered after a few chunks of the long one, not after all of them. The bound is
+// scaled from times measured here (the short request alone, the long one alone divided by its chunks), never
+// a constant.
 #include <gtest/gtest.h>
 
 #include <algorithm>

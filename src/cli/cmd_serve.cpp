@@ -1,5 +1,4 @@
 // clef serve: the System One HTTP server (see src/server and docs/API.md).
-#include <fmt/format.h>
 #include <pthread.h>
 #include <CLI/CLI.hpp>
 #include <csignal>
@@ -11,14 +10,11 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/serve_model.h"
 #include "decision/engine.h"
 #include "server/server.h"
-#include "tools/describe_model.h"
-#include "tools/make_model.h"
-#include "tools/model_info.h"
 #include "util/error.h"
 #include "util/memory.h"
-#include "util/text.h"
 
 namespace clef {
 
@@ -39,32 +35,6 @@ struct ServeArgs {
     std::string log_format;         // "", "text" or "json"
     int64_t memory_limit_mib = -1;  // -1: this machine's (util/memory.h)
 };
-
-// The memory left for decisions once the model is loaded: the limit less the weights as held and the state
-// cache's budget; each decision's need is its memory plan (tools/model_info.h).
-DecisionMemoryBudget memory_budget(const std::string& model, const std::string& head, const LoadOptions& lo,
-                                   const BackboneOptions& backbone, int64_t limit_mib) {
-    const MemoryPlanner planner = memory_planner(model, head);
-    MemoryPlanInput base = machine_plan_input(1, backbone);
-    base.unpack_quantised = lo.unpack_quantised;
-    const uint64_t weights = planner(base).weights.total();
-    const uint64_t limit = limit_mib >= 0 ? static_cast<uint64_t>(limit_mib) << 20 : memory_limit_bytes();
-    DecisionMemoryBudget m;
-    const uint64_t fixed = weights + lo.cache_bytes;
-    m.budget = limit > fixed ? limit - fixed : 0;
-    m.limit = fmt::format("{} {} MiB, less the weights' {} MiB and the state cache's {} MiB",
-                          limit_mib >= 0 ? "--memory-limit-mib" : "this machine's memory",
-                          with_thousands(static_cast<int64_t>(limit >> 20)),
-                          with_thousands(static_cast<int64_t>(weights >> 20)),
-                          with_thousands(static_cast<int64_t>(lo.cache_bytes >> 20)));
-    m.need = [planner, base](int64_t tokens) {
-        MemoryPlanInput in = base;
-        in.tokens = std::max<int64_t>(tokens, 1);
-        in.schema_tokens = std::min(in.schema_tokens, in.tokens);
-        return planner(in).decision.peak;
-    };
-    return m;
-}
 
 const char* const kNoModelHelp =
     "no model given. Download the Clef-Flash weights (the Hugging Face repository Cloudflare/clef-flash, e.g. "
@@ -148,11 +118,7 @@ void run_serve(ServeArgs a, ServerOptions opt) {
         if (!mkdtemp(tmpl)) throw Error("cannot create a temporary directory for the demo model");
         temp->path = tmpl;
         model_dir = temp->path + "/model";
-        MakeModelOptions mk;
-        mk.preset = "tiny";
-        mk.seed = 20261201;
-        mk.vision = false;
-        make_model(mk, model_dir);
+        make_demo_model(model_dir);
         opt.description =
             "A tiny built-in model with random weights: it exercises the whole stack, but its answers carry no "
             "meaning. Point clef serve --model at Clef-Flash weights for real decisions.";
@@ -168,17 +134,8 @@ void run_serve(ServeArgs a, ServerOptions opt) {
     if (a.memory_limit_mib > 0)
         cache_default = std::min(cache_default, (static_cast<uint64_t>(a.memory_limit_mib) << 20) / 4);
     const LoadOptions lo = a.load.options(opt.backbone.precision, cache_default);
-    Server server(opt, [model_dir, head = a.load.head, lo, demo = a.demo, backbone = opt.backbone,
-                        limit = a.memory_limit_mib, max_tokens = opt.max_tokens] {
-        LoadedModel m(Engine::load(model_dir, head, lo), describe_model(model_dir, head, lo.mmproj));
-        if (demo) m.card->file_name.clear();
-        const int64_t context = m.engine->config().text.context_length();
-        if (context > 0 && max_tokens > context)
-            throw Error(
-                fmt::format("--max-tokens {} exceeds the model's context of {} tokens", max_tokens, context));
-        m.memory = memory_budget(model_dir, head, lo, backbone, limit);
-        return m;
-    });
+    Server server(opt, serve_loader({model_dir, a.load.head, lo, a.demo, opt.backbone, a.memory_limit_mib,
+                                     opt.max_tokens}));
     if (!server.bind()) throw Error(server.error());
     std::fprintf(stderr, "clef: serving %s on http://%s:%d (POST /v1/systemone)%s; state cache %s\n",
                  a.demo ? "the demo model" : a.model.c_str(), opt.host.c_str(), server.port(),

@@ -6,7 +6,8 @@
 #include <sstream>
 
 #include "image/resize.h"
-#include "util/json.h"
+#include "util/error.h"
+#include "util/json_fields.h"
 
 namespace clef {
 
@@ -16,95 +17,70 @@ std::string size_str(int width, int height) {
     return std::to_string(width) + "x" + std::to_string(height);
 }
 
-struct Reader {
-    const JsonValue& obj;
-    std::string where;  // "<source>: image_processor."
+constexpr int64_t kMaxPixels = int64_t{1} << 40;  // pixel counts and patch sizes beyond it are refused
 
-    [[noreturn]] void fail(const std::string& key, const std::string& msg) const {
-        throw Error(where + key + ": " + msg);
+// A setting of three numbers (one per channel), or one number for all three.
+std::array<double, 3> triple_or(const JsonFields& f, const char* key, std::array<double, 3> def) {
+    const nlohmann::json* v = f.find(key);
+    if (!v) return def;
+    if (v->is_number()) return {v->get<double>(), v->get<double>(), v->get<double>()};
+    if (!v->is_array() || v->size() != 3) f.fail(key, "expected a list of 3 numbers");
+    std::array<double, 3> out{};
+    for (size_t i = 0; i < 3; ++i) {
+        if (!(*v)[i].is_number()) f.fail(key, "expected a list of 3 numbers");
+        out[i] = (*v)[i].get<double>();
     }
-    const JsonValue* get(const std::string& key) const {
-        const JsonValue* v = obj.find(key);
-        return v && !v->is_null() ? v : nullptr;
-    }
-    bool boolean(const std::string& key, bool def) const {
-        const JsonValue* v = get(key);
-        if (!v) return def;
-        if (!v->is_bool()) fail(key, std::string("expected true or false, got ") + v->kind_name());
-        return v->as_bool();
-    }
-    int64_t positive(const JsonValue& v, const std::string& key) const {
-        if (!v.is_int() || !v.fits_int64() || v.as_int64() <= 0 || v.as_int64() > (int64_t{1} << 40))
-            fail(key, "expected a positive integer, got " + write_json(v));
-        return v.as_int64();
-    }
-    int64_t positive_or(const std::string& key, int64_t def) const {
-        const JsonValue* v = get(key);
-        return v ? positive(*v, key) : def;
-    }
-    double number_or(const std::string& key, double def) const {
-        const JsonValue* v = get(key);
-        if (!v) return def;
-        if (!v->is_number()) fail(key, std::string("expected a number, got ") + v->kind_name());
-        return v->as_double();
-    }
-    std::array<double, 3> triple_or(const std::string& key, std::array<double, 3> def) const {
-        const JsonValue* v = get(key);
-        if (!v) return def;
-        if (v->is_number()) return {v->as_double(), v->as_double(), v->as_double()};
-        if (!v->is_array() || v->items().size() != 3) fail(key, "expected a list of 3 numbers");
-        std::array<double, 3> out{};
-        for (int i = 0; i < 3; ++i) {
-            if (!v->items()[i].is_number()) fail(key, "expected a list of 3 numbers");
-            out[i] = v->items()[i].as_double();
-        }
-        return out;
-    }
-};
+    return out;
+}
 
-// One processor block (image_processor or video_processor: the same keys); `where` prefixes the errors.
-ImageProcessorConfig parse_processor_block(const JsonValue& block, const std::string& where) {
-    const Reader r{block, where};
+int64_t pixels_or(const JsonFields& f, const char* key, int64_t def) {
+    const nlohmann::json* v = f.find(key);
+    return v ? f.positive_up_to(key, *v, kMaxPixels) : def;
+}
+
+// size {shortest_edge, longest_edge}: the min and max pixels.
+void read_size(const JsonFields& f, ImageProcessorConfig& c) {
+    const nlohmann::json* size = f.find("size");
+    if (!size) return;
+    if (!size->is_object()) f.fail("size", "expected an object {shortest_edge, longest_edge}");
+    const JsonFields s(*size, f.source(), f.path("size") + ".");
+    if (!s.has("shortest_edge") || !s.has("longest_edge"))
+        f.fail("size", "must have shortest_edge and longest_edge (min and max pixels)");
+    c.min_pixels = pixels_or(s, "shortest_edge", 0);
+    c.max_pixels = pixels_or(s, "longest_edge", 0);
+}
+
+// One processor block (image_processor or video_processor: the same keys); `prefix` names it in the errors.
+ImageProcessorConfig parse_processor_block(const nlohmann::json& block, const std::string& source,
+                                           const std::string& prefix) {
+    const JsonFields r(block, source, prefix);
     ImageProcessorConfig c;
-    if (const JsonValue* size = r.get("size")) {
-        if (!size->is_object()) r.fail("size", "expected an object {shortest_edge, longest_edge}");
-        const JsonValue* se = size->find("shortest_edge");
-        const JsonValue* le = size->find("longest_edge");
-        if (!se || !le) r.fail("size", "must have shortest_edge and longest_edge (min and max pixels)");
-        c.min_pixels = r.positive(*se, "size.shortest_edge");
-        c.max_pixels = r.positive(*le, "size.longest_edge");
-    }
-    c.min_pixels = r.positive_or("min_pixels", c.min_pixels);
-    c.max_pixels = r.positive_or("max_pixels", c.max_pixels);
+    read_size(r, c);
+    c.min_pixels = pixels_or(r, "min_pixels", c.min_pixels);
+    c.max_pixels = pixels_or(r, "max_pixels", c.max_pixels);
     if (c.min_pixels > c.max_pixels)
         r.fail("size", "shortest_edge " + std::to_string(c.min_pixels) + " is larger than longest_edge " +
                            std::to_string(c.max_pixels));
-    c.patch_size = static_cast<int>(r.positive_or("patch_size", c.patch_size));
-    c.merge_size = static_cast<int>(r.positive_or("merge_size", c.merge_size));
-    c.temporal_patch_size = static_cast<int>(r.positive_or("temporal_patch_size", c.temporal_patch_size));
+    c.patch_size = static_cast<int>(pixels_or(r, "patch_size", c.patch_size));
+    c.merge_size = static_cast<int>(pixels_or(r, "merge_size", c.merge_size));
+    c.temporal_patch_size = static_cast<int>(pixels_or(r, "temporal_patch_size", c.temporal_patch_size));
     if (c.patch_size > 1024 || c.merge_size > 64 || c.temporal_patch_size > 64)
         r.fail("patch_size", "patch, merge or temporal patch size out of range");
-    c.do_resize = r.boolean("do_resize", true);
-    c.do_rescale = r.boolean("do_rescale", true);
-    c.do_normalize = r.boolean("do_normalize", true);
-    if (!r.boolean("do_convert_rgb", true)) r.fail("do_convert_rgb", "false is not supported");
+    c.do_resize = r.boolean_or("do_resize", true);
+    c.do_rescale = r.boolean_or("do_rescale", true);
+    c.do_normalize = r.boolean_or("do_normalize", true);
+    if (!r.boolean_or("do_convert_rgb", true)) r.fail("do_convert_rgb", "false is not supported");
     if (!c.do_resize) r.fail("do_resize", "false is not supported (the patch grid needs the smart resize)");
     c.rescale_factor = r.number_or("rescale_factor", c.rescale_factor);
     if (!(c.rescale_factor > 0)) r.fail("rescale_factor", "must be positive");
-    c.image_mean = r.triple_or("image_mean", c.image_mean);
-    c.image_std = r.triple_or("image_std", c.image_std);
+    c.image_mean = triple_or(r, "image_mean", c.image_mean);
+    c.image_std = triple_or(r, "image_std", c.image_std);
     for (double s : c.image_std)
         if (!(s > 0)) r.fail("image_std", "must be positive");
     c.resample = static_cast<int>(r.number_or("resample", 3));
     if (c.resample != 3)
         r.fail("resample", std::to_string(c.resample) + " is not supported (only 3 = bicubic)");
     return c;
-}
-
-JsonValue parse_processor_doc(const std::string& json_text, const std::string& source_name) {
-    JsonValue doc = parse_json_or_throw(json_text, source_name);
-    if (!doc.is_object()) throw Error(source_name + ": expected a JSON object");
-    return doc;
 }
 
 std::string read_text(const std::string& path) {
@@ -119,24 +95,20 @@ std::string read_text(const std::string& path) {
 
 ImageProcessorConfig parse_image_processor_config(const std::string& json_text,
                                                   const std::string& source_name) {
-    const JsonValue doc = parse_processor_doc(json_text, source_name);
-    const JsonValue* block = doc.find("image_processor");
-    std::string where = source_name + ": image_processor.";
-    if (!block) {
-        block = &doc;  // preprocessor_config.json layout
-        where = source_name + ": ";
-    }
+    const nlohmann::json doc = parse_json_object(json_text, source_name);
+    const auto block = doc.find("image_processor");
+    if (block == doc.end()) return parse_processor_block(doc, source_name, "");  // preprocessor_config.json
     if (!block->is_object()) throw Error(source_name + ": image_processor: expected an object");
-    return parse_processor_block(*block, where);
+    return parse_processor_block(*block, source_name, "image_processor.");
 }
 
 std::optional<ImageProcessorConfig> parse_video_processor_config(const std::string& json_text,
                                                                  const std::string& source_name) {
-    const JsonValue doc = parse_processor_doc(json_text, source_name);
-    const JsonValue* block = doc.find("video_processor");
-    if (!block || block->is_null()) return std::nullopt;
+    const nlohmann::json doc = parse_json_object(json_text, source_name);
+    const auto block = doc.find("video_processor");
+    if (block == doc.end() || block->is_null()) return std::nullopt;
     if (!block->is_object()) throw Error(source_name + ": video_processor: expected an object");
-    return parse_processor_block(*block, source_name + ": video_processor.");
+    return parse_processor_block(*block, source_name, "video_processor.");
 }
 
 ImageProcessorConfig load_image_processor_config(const std::string& path) {

@@ -279,29 +279,14 @@ const TensorView* SafetensorsFile::find(std::string_view name) const {
     return nullptr;
 }
 
-Checkpoint::Checkpoint(const Checkpoint& o) : files_(o.files_), description_(o.description_) {
-    build_index();
-}
-
-Checkpoint& Checkpoint::operator=(const Checkpoint& o) {
-    if (this != &o) {
-        files_ = o.files_;
-        description_ = o.description_;
-        build_index();
-    }
-    return *this;
-}
-
-// by_name_ points into files_[i].tensors(); the views themselves point into the shared mappings, so a copy of
-// the files stays valid but needs its own index.
-void Checkpoint::build_index() {
-    by_name_.clear();
-    for (const auto& f : files_)
-        for (const auto& t : f.tensors()) {
-            auto [it, inserted] = by_name_.emplace(t.name, &t);
-            if (!inserted)
-                throw Error("tensor '" + t.name + "' appears in both " + it->second->file + " and " + t.file);
-        }
+// A name in two files is an error (reported for the first such pair in file order).
+void Checkpoint::check_unique_names() const {
+    for (size_t j = 1; j < files_.size(); ++j)
+        for (const TensorView& t : files_[j].tensors())
+            for (size_t i = 0; i < j; ++i)
+                if (const TensorView* earlier = files_[i].find(t.name))
+                    throw Error("tensor '" + t.name + "' appears in both " + earlier->file + " and " +
+                                t.file);
 }
 
 Checkpoint Checkpoint::open_files(const std::vector<std::string>& files) {
@@ -309,7 +294,7 @@ Checkpoint Checkpoint::open_files(const std::vector<std::string>& files) {
     Checkpoint c;
     c.files_.reserve(files.size());
     for (const auto& p : files) c.files_.push_back(SafetensorsFile::open(p));
-    c.build_index();
+    c.check_unique_names();
     c.description_ =
         files.size() == 1 ? files[0] : files[0] + " (+" + std::to_string(files.size() - 1) + " shards)";
     return c;
@@ -374,8 +359,9 @@ Checkpoint Checkpoint::open(const std::string& path) {
 }
 
 const TensorView* Checkpoint::find(std::string_view name) const {
-    auto it = by_name_.find(name);
-    return it == by_name_.end() ? nullptr : it->second;
+    for (const SafetensorsFile& f : files_)
+        if (const TensorView* t = f.find(name)) return t;
+    return nullptr;
 }
 
 const TensorView& Checkpoint::get(std::string_view name) const {
@@ -386,7 +372,9 @@ const TensorView& Checkpoint::get(std::string_view name) const {
 
 std::vector<const TensorView*> Checkpoint::all() const {
     std::vector<const TensorView*> v;
-    for (const auto& [n, t] : by_name_) v.push_back(t);
+    for (const SafetensorsFile& f : files_)
+        for (const TensorView& t : f.tensors()) v.push_back(&t);
+    std::sort(v.begin(), v.end(), [](const TensorView* a, const TensorView* b) { return a->name < b->name; });
     return v;
 }
 

@@ -60,15 +60,10 @@ private:
 
 // A checkpoint made of one or more safetensors files: a directory with model.safetensors.index.json
 // (sharded), or with model.safetensors, or a single .safetensors path.
+// It keeps no name index of its own: a lookup asks each file (SafetensorsFile::find); the loaders' index of
+// the tensors is WeightSource's (io/weight_source.h). Copies share the mappings.
 class Checkpoint {
 public:
-    Checkpoint() = default;
-    // Copies share the mappings; the name index is rebuilt so that it points into the copy.
-    Checkpoint(const Checkpoint& o);
-    Checkpoint& operator=(const Checkpoint& o);
-    Checkpoint(Checkpoint&&) noexcept = default;
-    Checkpoint& operator=(Checkpoint&&) noexcept = default;
-
     static Checkpoint open(const std::string& path);
     // Opens exactly these files as one checkpoint (duplicate tensor names are an error).
     static Checkpoint open_files(const std::vector<std::string>& files);
@@ -76,15 +71,15 @@ public:
     const TensorView* find(std::string_view name) const;
     // Throws clef::Error("<checkpoint>: missing tensor <name>") when absent.
     const TensorView& get(std::string_view name) const;
+    // Every tensor, sorted by name.
     std::vector<const TensorView*> all() const;
     const std::vector<SafetensorsFile>& files() const { return files_; }
     const std::string& description() const { return description_; }
 
 private:
-    void build_index();
+    void check_unique_names() const;
 
     std::vector<SafetensorsFile> files_;
-    std::map<std::string, const TensorView*, std::less<>> by_name_;
     std::string description_;
 };
 

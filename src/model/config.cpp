@@ -4,12 +4,12 @@
 
 #include <cmath>
 #include <fstream>
-#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string_view>
 
 #include "util/error.h"
+#include "util/json_fields.h"
 
 namespace clef {
 
@@ -17,107 +17,10 @@ using nlohmann::json;
 
 namespace {
 
-// A short rendering of a JSON value for error messages.
-std::string show(const json& v) {
-    std::string s = v.dump();
-    if (s.size() > 60) s = s.substr(0, 57) + "...";
-    return s;
-}
-
 std::string show_number(double v) {
     std::ostringstream os;
     os << v;
     return os.str();
-}
-
-// Reads typed keys of one JSON object; errors read "<source>: <prefix><key>: <problem>".
-class Fields {
-public:
-    Fields(const json& obj, const std::string& source, std::string prefix)
-        : obj_(obj), source_(source), prefix_(std::move(prefix)) {}
-
-    [[noreturn]] void fail(std::string_view key, const std::string& problem) const {
-        throw Error(source_ + ": " + prefix_ + std::string(key) + ": " + problem);
-    }
-    std::string path(std::string_view key) const { return prefix_ + std::string(key); }
-    const std::string& source() const { return source_; }
-
-    // nullptr when absent or null.
-    const json* find(std::string_view key) const {
-        auto it = obj_.find(key);
-        if (it == obj_.end() || it->is_null()) return nullptr;
-        return &*it;
-    }
-    bool has(std::string_view key) const { return find(key) != nullptr; }
-
-    const json& require(std::string_view key) const {
-        const json* v = find(key);
-        if (!v) fail(key, "missing");
-        return *v;
-    }
-
-    int integer(std::string_view key, const json& v) const {
-        if (!v.is_number_integer()) fail(key, "expected an integer, got " + show(v));
-        if (v.is_number_unsigned()) {
-            if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max()))
-                fail(key, "value " + show(v) + " is too large");
-        } else {
-            int64_t i = v.get<int64_t>();
-            if (i < std::numeric_limits<int>::min() || i > std::numeric_limits<int>::max())
-                fail(key, "value " + show(v) + " is out of range");
-        }
-        return v.get<int>();
-    }
-    int positive(std::string_view key) const {
-        int v = integer(key, require(key));
-        if (v <= 0) fail(key, "must be positive, got " + std::to_string(v));
-        return v;
-    }
-    int positive_or(std::string_view key, int def) const { return has(key) ? positive(key) : def; }
-    int integer_or(std::string_view key, int def) const {
-        const json* v = find(key);
-        return v ? integer(key, *v) : def;
-    }
-    double number(std::string_view key, const json& v) const {
-        if (!v.is_number()) fail(key, "expected a number, got " + show(v));
-        double d = v.get<double>();
-        if (!std::isfinite(d)) fail(key, "must be finite");
-        return d;
-    }
-    bool boolean_or(std::string_view key, bool def) const {
-        const json* v = find(key);
-        if (!v) return def;
-        if (!v->is_boolean()) fail(key, "expected true or false, got " + show(*v));
-        return v->get<bool>();
-    }
-    std::string string_or(std::string_view key, const std::string& def) const {
-        const json* v = find(key);
-        if (!v) return def;
-        if (!v->is_string()) fail(key, "expected a string, got " + show(*v));
-        return v->get<std::string>();
-    }
-    // A nested object (nullptr when absent or null); anything else is an error.
-    const json* object_or_null(std::string_view key) const {
-        const json* v = find(key);
-        if (v && !v->is_object()) fail(key, "expected an object, got " + show(*v));
-        return v;
-    }
-
-private:
-    const json& obj_;
-    const std::string& source_;
-    std::string prefix_;
-};
-
-json parse_object(const std::string& text, const std::string& source) {
-    json j;
-    try {
-        j = json::parse(text);
-    } catch (const json::exception& e) {
-        throw Error(source + ": not valid JSON: " + e.what());
-    }
-    if (!j.is_object()) throw Error(source + ": expected a JSON object at the top level, got " + show(j));
-    return j;
 }
 
 std::string read_text_file(const std::string& path) {
@@ -141,9 +44,9 @@ bool parse_layer_type(std::string_view s, LayerType& out) {
     return false;
 }
 
-void parse_layer_types(const Fields& f, TextConfig& t) {
+void parse_layer_types(const JsonFields& f, TextConfig& t) {
     if (const json* lt = f.find("layer_types")) {
-        if (!lt->is_array()) f.fail("layer_types", "expected an array of strings, got " + show(*lt));
+        if (!lt->is_array()) f.fail("layer_types", "expected an array of strings, got " + show_json(*lt));
         if (lt->size() != static_cast<size_t>(t.num_layers))
             f.fail("layer_types", "has " + std::to_string(lt->size()) + " entries, num_hidden_layers is " +
                                       std::to_string(t.num_layers));
@@ -151,7 +54,7 @@ void parse_layer_types(const Fields& f, TextConfig& t) {
             const json& v = (*lt)[i];
             LayerType type;
             if (!v.is_string() || !parse_layer_type(v.get_ref<const std::string&>(), type))
-                f.fail("layer_types", "entry " + std::to_string(i) + " is " + show(v) +
+                f.fail("layer_types", "entry " + std::to_string(i) + " is " + show_json(v) +
                                           " (expected \"linear_attention\" or \"full_attention\")");
             t.layer_types.push_back(type);
         }
@@ -163,7 +66,7 @@ void parse_layer_types(const Fields& f, TextConfig& t) {
 
 // The rope type an object names (rope_type, else the older type; "mrope" is the default type); *key is set
 // to the key that named it (nullptr when none did).
-ops::RopeType rope_type_of(const Fields& src, const char** key) {
+ops::RopeType rope_type_of(const JsonFields& src, const char** key) {
     *key = src.has("rope_type") ? "rope_type" : src.has("type") ? "type" : nullptr;
     const std::string name = *key ? src.string_or(*key, "default") : "default";
     ops::RopeType type = ops::RopeType::Default;
@@ -174,7 +77,8 @@ ops::RopeType rope_type_of(const Fields& src, const char** key) {
 }
 
 // A number key that must be present and at least `min` (strictly more when `strict`).
-double rope_number(const Fields& s, std::string_view key, double min, bool strict, const std::string& why) {
+double rope_number(const JsonFields& s, std::string_view key, double min, bool strict,
+                   const std::string& why) {
     if (!s.has(key)) s.fail(key, "missing (" + why + ")");
     const double v = s.number(key, s.require(key));
     if (strict ? !(v > min) : !(v >= min))
@@ -185,7 +89,7 @@ double rope_number(const Fields& s, std::string_view key, double min, bool stric
 
 // The pre-training context length: text_config.original_max_position_embeddings when present (transformers
 // prefers it, as Phi-3 configs put it there), else the scaling object's.
-int64_t rope_original_max(const Fields& f, const Fields& s, const std::string& type) {
+int64_t rope_original_max(const JsonFields& f, const JsonFields& s, const std::string& type) {
     if (f.has("original_max_position_embeddings")) return f.positive("original_max_position_embeddings");
     if (!s.has("original_max_position_embeddings"))
         s.fail("original_max_position_embeddings",
@@ -196,7 +100,7 @@ int64_t rope_original_max(const Fields& f, const Fields& s, const std::string& t
 // YaRN's keys: beta_fast / beta_slow (0 or absent = 32 / 1, as transformers' `or`), truncate, and the
 // attention factor: attention_factor, else mscale / mscale_all_dim's ratio when both are set, else
 // 0.1 ln(factor) + 1.
-void parse_yarn(const Fields& s, ops::RopeScaling& r) {
+void parse_yarn(const JsonFields& s, ops::RopeScaling& r) {
     auto beta = [&](std::string_view key, double def) {
         const double v = s.has(key) ? s.number(key, s.require(key)) : 0.0;
         if (v < 0) s.fail(key, "must not be negative, got " + show_number(v));
@@ -219,19 +123,20 @@ void parse_yarn(const Fields& s, ops::RopeScaling& r) {
 }
 
 // LongRoPE's per-frequency factors: `n` positive numbers.
-std::vector<double> rope_factor_list(const Fields& s, std::string_view key, int n) {
+std::vector<double> rope_factor_list(const JsonFields& s, std::string_view key, int n) {
     const json& v = s.require(key);
     if (!v.is_array() || static_cast<int>(v.size()) != n)
-        s.fail(key, "expected an array of rotary_dim/2 = " + std::to_string(n) + " numbers, got " + show(v));
+        s.fail(key,
+               "expected an array of rotary_dim/2 = " + std::to_string(n) + " numbers, got " + show_json(v));
     std::vector<double> out;
     for (const json& x : v) {
         out.push_back(s.number(key, x));
-        if (!(out.back() > 0)) s.fail(key, "entries must be positive, got " + show(x));
+        if (!(out.back() > 0)) s.fail(key, "entries must be positive, got " + show_json(x));
     }
     return out;
 }
 
-void parse_longrope(const Fields& s, TextConfig& t) {
+void parse_longrope(const JsonFields& s, TextConfig& t) {
     ops::RopeScaling& r = t.rope_scaling;
     r.short_factor = rope_factor_list(s, "short_factor", t.rotary_dim / 2);
     r.long_factor = rope_factor_list(s, "long_factor", t.rotary_dim / 2);
@@ -251,13 +156,13 @@ void parse_longrope(const Fields& s, TextConfig& t) {
 }
 
 // The RoPE scaling named by rope_parameters (or else rope_scaling), with transformers' keys and defaults.
-void parse_rope_scaling(const Fields& f, const Fields& rpf, const Fields& rsf, TextConfig& t) {
+void parse_rope_scaling(const JsonFields& f, const JsonFields& rpf, const JsonFields& rsf, TextConfig& t) {
     const char *pkey, *skey;
     const ops::RopeType pt = rope_type_of(rpf, &pkey), st = rope_type_of(rsf, &skey);
     if (pt != ops::RopeType::Default && st != ops::RopeType::Default && pt != st)
         rsf.fail(skey, std::string("names rope type '") + ops::rope_type_name(st) +
                            "', rope_parameters names '" + ops::rope_type_name(pt) + "' (keep one)");
-    const Fields& s = pt != ops::RopeType::Default ? rpf : rsf;
+    const JsonFields& s = pt != ops::RopeType::Default ? rpf : rsf;
     ops::RopeScaling& r = t.rope_scaling;
     r = {};
     r.type = pt != ops::RopeType::Default ? pt : st;
@@ -282,12 +187,12 @@ void parse_rope_scaling(const Fields& f, const Fields& rpf, const Fields& rsf, T
 
 // Rope settings: text_config.rope_parameters (current transformers) or the older rope_theta /
 // partial_rotary_factor / rope_scaling keys. rope_parameters wins where both are present.
-void parse_rope(const Fields& f, TextConfig& t) {
+void parse_rope(const JsonFields& f, TextConfig& t) {
     static const json kEmpty = json::object();
     const json* rp = f.object_or_null("rope_parameters");
     const json* rs = f.object_or_null("rope_scaling");
-    const Fields rpf(rp ? *rp : kEmpty, f.source(), f.path("rope_parameters") + ".");
-    const Fields rsf(rs ? *rs : kEmpty, f.source(), f.path("rope_scaling") + ".");
+    const JsonFields rpf(rp ? *rp : kEmpty, f.source(), f.path("rope_parameters") + ".");
+    const JsonFields rsf(rs ? *rs : kEmpty, f.source(), f.path("rope_scaling") + ".");
 
     if (rpf.has("rope_theta")) {
         t.rope_theta = rpf.number("rope_theta", rpf.require("rope_theta"));
@@ -302,7 +207,7 @@ void parse_rope(const Fields& f, TextConfig& t) {
             .fail("rope_theta", "must be positive, got " + show_number(t.rope_theta));
     }
 
-    const Fields& prf = rpf.has("partial_rotary_factor") ? rpf : f;
+    const JsonFields& prf = rpf.has("partial_rotary_factor") ? rpf : f;
     if (prf.has("partial_rotary_factor"))
         t.partial_rotary_factor = prf.number("partial_rotary_factor", prf.require("partial_rotary_factor"));
     if (!(t.partial_rotary_factor > 0 && t.partial_rotary_factor <= 1))
@@ -318,28 +223,28 @@ void parse_rope(const Fields& f, TextConfig& t) {
                                               " must be even, positive and at most head_dim " +
                                               std::to_string(t.head_dim));
 
-    const Fields* mf = rpf.has("mrope_section") ? &rpf : rsf.has("mrope_section") ? &rsf : nullptr;
+    const JsonFields* mf = rpf.has("mrope_section") ? &rpf : rsf.has("mrope_section") ? &rsf : nullptr;
     if (mf) {
         const json& ms = mf->require("mrope_section");
         if (!ms.is_array() || ms.empty())
-            mf->fail("mrope_section", "expected a non-empty array, got " + show(ms));
+            mf->fail("mrope_section", "expected a non-empty array, got " + show_json(ms));
         int sum = 0;
         for (const json& v : ms) {
             int s = mf->integer("mrope_section", v);
-            if (s < 0) mf->fail("mrope_section", "entries must be non-negative, got " + show(ms));
+            if (s < 0) mf->fail("mrope_section", "entries must be non-negative, got " + show_json(ms));
             t.mrope_section.push_back(s);
             sum += s;
         }
         if (sum != t.rotary_dim / 2)
-            mf->fail("mrope_section", show(ms) + " sums to " + std::to_string(sum) +
+            mf->fail("mrope_section", show_json(ms) + " sums to " + std::to_string(sum) +
                                           ", expected rotary_dim/2 = " + std::to_string(t.rotary_dim / 2));
     }
-    const Fields& mif = rpf.has("mrope_interleaved") ? rpf : rsf;
+    const JsonFields& mif = rpf.has("mrope_interleaved") ? rpf : rsf;
     t.mrope_interleaved = mif.boolean_or("mrope_interleaved", true);
     parse_rope_scaling(f, rpf, rsf, t);
 }
 
-TextConfig parse_text_config(const Fields& f, const Fields* top) {
+TextConfig parse_text_config(const JsonFields& f, const JsonFields* top) {
     TextConfig t;
     t.vocab_size = f.positive("vocab_size");
     t.hidden_size = f.positive("hidden_size");
@@ -392,7 +297,7 @@ TextConfig parse_text_config(const Fields& f, const Fields* top) {
     return t;
 }
 
-VisionConfig parse_vision_config(const Fields& f, const TextConfig& text) {
+VisionConfig parse_vision_config(const JsonFields& f, const TextConfig& text) {
     VisionConfig v;
     v.depth = f.positive("depth");
     v.hidden_size = f.positive("hidden_size");
@@ -417,14 +322,14 @@ VisionConfig parse_vision_config(const Fields& f, const TextConfig& text) {
                                       " does not match the text hidden_size " +
                                       std::to_string(text.hidden_size));
     if (const json* ds = f.find("deepstack_visual_indexes")) {
-        if (!ds->is_array()) f.fail("deepstack_visual_indexes", "expected an array, got " + show(*ds));
-        if (!ds->empty()) f.fail("deepstack_visual_indexes", show(*ds) + ": DeepStack is not supported");
+        if (!ds->is_array()) f.fail("deepstack_visual_indexes", "expected an array, got " + show_json(*ds));
+        if (!ds->empty()) f.fail("deepstack_visual_indexes", show_json(*ds) + ": DeepStack is not supported");
     }
     return v;
 }
 
 // A special token id from the top level; -1 when absent.
-int token_id_or(const Fields& f, std::string_view key, int vocab_size) {
+int token_id_or(const JsonFields& f, std::string_view key, int vocab_size) {
     const int id = f.integer_or(key, -1);
     if (!f.has(key)) return -1;
     if (id < 0 || id >= vocab_size)
@@ -471,8 +376,8 @@ int TextConfig::num_layers_of(LayerType t) const {
 }
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source_name) {
-    const json root = parse_object(json_text, source_name);
-    const Fields top(root, source_name, "");
+    const json root = parse_json_object(json_text, source_name);
+    const JsonFields top(root, source_name, "");
     ModelConfig c;
 
     if (!top.has("model_type")) top.fail("model_type", "missing (expected qwen3_5 or qwen3_5_text)");
@@ -484,7 +389,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 
     if (const json* arch = top.find("architectures")) {
         if (!arch->is_array() || arch->empty() || !(*arch)[0].is_string())
-            top.fail("architectures", "expected a non-empty array of strings, got " + show(*arch));
+            top.fail("architectures", "expected a non-empty array of strings, got " + show_json(*arch));
         c.architecture = (*arch)[0].get<std::string>();
     } else {
         c.architecture = nested ? "Qwen3_5ForConditionalGeneration" : "Qwen3_5ForCausalLM";
@@ -493,13 +398,13 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     if (nested) {
         const json* tc = top.object_or_null("text_config");
         if (!tc) top.fail("text_config", "missing (required for model_type qwen3_5)");
-        const Fields tf(*tc, source_name, "text_config.");
+        const JsonFields tf(*tc, source_name, "text_config.");
         const std::string text_type = tf.string_or("model_type", "qwen3_5_text");
         if (text_type != "qwen3_5_text")
             tf.fail("model_type", "unsupported text model type '" + text_type + "' (expected qwen3_5_text)");
         c.text = parse_text_config(tf, &top);
         if (const json* vc = top.object_or_null("vision_config")) {
-            const Fields vf(*vc, source_name, "vision_config.");
+            const JsonFields vf(*vc, source_name, "vision_config.");
             const std::string vision_type = vf.string_or("model_type", "qwen3_5_vision");
             if (vision_type != "qwen3_5_vision")
                 vf.fail("model_type",
@@ -522,8 +427,8 @@ ModelConfig load_model_config(const std::string& config_json_path) {
 }
 
 HeadConfig parse_head_config(const std::string& json_text, const std::string& source_name) {
-    const json root = parse_object(json_text, source_name);
-    const Fields f(root, source_name, "");
+    const json root = parse_json_object(json_text, source_name);
+    const JsonFields f(root, source_name, "");
     HeadConfig h;
     h.hidden_size = f.positive("hidden_size");
     h.width = f.positive("width");
@@ -542,8 +447,8 @@ HeadConfig parse_head_config(const std::string& json_text, const std::string& so
 
 VisionConfig parse_vision_config_json(const std::string& json_text, const std::string& source_name,
                                       const TextConfig& text) {
-    const json root = parse_object(json_text, source_name);
-    return parse_vision_config(Fields(root, source_name, ""), text);
+    const json root = parse_json_object(json_text, source_name);
+    return parse_vision_config(JsonFields(root, source_name, ""), text);
 }
 
 HeadConfig load_head_config(const std::string& path) {

@@ -8,6 +8,7 @@
 
 #include "device/linear.h"
 #include "model/tensors.h"
+#include "ops/attention_fast.h"
 #include "ops/basic.h"
 #include "ops/gemm.h"
 #include "util/error.h"
@@ -18,7 +19,6 @@ namespace clef {
 
 namespace {
 
-constexpr float kLayerNormEps = 1e-5f;
 constexpr double kCosineEps = 1e-8;      // torch cosine_similarity default
 constexpr double kNormalizeEps = 1e-12;  // torch F.normalize default
 constexpr int64_t kRowBlock = 512;       // rows normalised/projected at a time when streaming over the memory
@@ -31,13 +31,8 @@ bool is_float_dtype(DType t) {
 // the scalar ops::linear on a head loaded with reference = true.
 using Dense = Linear;
 
-// A torch.nn.LayerNorm with affine weight and bias, eps 1e-5.
-struct Norm {
-    std::vector<float> w, b;
-    void forward(const float* x, int64_t rows, float* y) const {
-        ops::layer_norm(x, rows, static_cast<int64_t>(w.size()), w.data(), b.data(), kLayerNormEps, y);
-    }
-};
+// A torch.nn.LayerNorm with affine weight and bias, eps 1e-5 (model/linear.h).
+using Norm = LayerNorm;
 
 // A torch.nn.MultiheadAttention: packed in-projection rows [q; k; v] with bias, then out_proj.
 struct Attn {
@@ -92,8 +87,8 @@ public:
     }
     Norm norm(const ModuleRef& m) {
         Norm n;
-        n.w = take(m.weight, m.shape);
-        n.b = take(m.bias, m.shape);
+        n.weight = take(m.weight, m.shape);
+        n.bias = take(m.bias, m.shape);
         return n;
     }
     // A MultiheadAttention: the packed in-projection in_proj and its out_proj.
@@ -189,46 +184,21 @@ void attend_memory(const Attn& a, int heads, int64_t W, const float* xq, int64_t
                    int64_t T, float* out) {
     const int64_t dh = W / heads, R = lq * heads;
     std::vector<float> q(static_cast<size_t>(lq * W)), qt(static_cast<size_t>(R * W)),
-        s(static_cast<size_t>(R * T)), ctx(static_cast<size_t>(R * W)), o(static_cast<size_t>(lq * W));
+        ctx(static_cast<size_t>(R * W)), ch(static_cast<size_t>(lq * W)), oh(static_cast<size_t>(lq * dh)),
+        o(static_cast<size_t>(lq * W));
     a.q.forward(xq, lq, q.data());
     const float scale = 1.f / std::sqrt(static_cast<float>(dh));
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < R; ++r) {
-        const int64_t i = r / heads, h = r % heads;
-        float* dst = qt.data() + r * W;
-        std::fill(dst, dst + W, 0.f);
-        for (int64_t d = 0; d < dh; ++d) {
-            const float coef = scale * q[i * W + h * dh + d];
-            const float* wr = a.k.f32() + (h * dh + d) * W;
-#pragma omp simd
-            for (int64_t c = 0; c < W; ++c) dst[c] += coef * wr[c];
-        }
-    }
-    ops::linear(qt.data(), R, W, mem, T, nullptr, s.data());
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < R; ++r) {
-        float* sr = s.data() + r * T;
-        ops::softmax_inplace_fast(sr, T);
-        float* dst = ctx.data() + r * W;
-        std::fill(dst, dst + W, 0.f);
-        for (int64_t j = 0; j < T; ++j) {
-            const float p = sr[j];
-            const float* mj = mem + j * W;
-#pragma omp simd
-            for (int64_t c = 0; c < W; ++c) dst[c] += p * mj[c];
-        }
-    }
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < R; ++r) {
-        const int64_t i = r / heads, h = r % heads;
-        const float* cr = ctx.data() + r * W;
-        for (int64_t d = 0; d < dh; ++d) {
-            const float* wr = a.v.f32() + (h * dh + d) * W;
-            float acc = 0.f;
-#pragma omp simd reduction(+ : acc)
-            for (int64_t c = 0; c < W; ++c) acc += wr[c] * cr[c];
-            o[i * W + h * dh + d] = acc + a.v.bias()[h * dh + d];
-        }
+    // Row (i, h) of qt = scale · q_i,h · W_k,h: the query of head h in memory space ([lq][heads][W]).
+    for (int64_t h = 0; h < heads; ++h)
+        ops::small_gemm_acc(lq, W, dh, scale, q.data() + h * dh, W, a.k.f32() + h * dh * W, W,
+                            qt.data() + h * W, heads * W);
+    // heads query heads of width W over one kv head, the memory rows as keys and values.
+    ops::attention_fast(qt.data(), heads * W, mem, W, mem, W, lq, T, heads, 1, static_cast<int>(W), 1.f,
+                        false, ctx.data(), heads * W);
+    for (int64_t h = 0; h < heads; ++h) {  // o_i,h = W_v,h · ctx_i,h + b_v,h
+        for (int64_t i = 0; i < lq; ++i) std::copy_n(ctx.data() + (i * heads + h) * W, W, ch.data() + i * W);
+        ops::linear(ch.data(), lq, W, a.v.f32() + h * dh * W, dh, a.v.bias().data() + h * dh, oh.data());
+        for (int64_t i = 0; i < lq; ++i) std::copy_n(oh.data() + i * dh, dh, o.data() + i * W + h * dh);
     }
     a.out.forward(o.data(), lq, out);
 }
@@ -545,27 +515,17 @@ void route_evidence(const Weights& w, const HeadFeatures& ft, std::vector<float>
     }
 }
 
-// Option summaries: per question, softmax over its options of r·b/sqrt(W), the weighted sum of r.
+// Option summaries: per question, attention of b_i over its options r (keys and values), scale 1/sqrt(W).
 std::vector<float> option_summaries(const Weights& w, const std::vector<float>& r,
                                     const std::vector<float>& b, const Rows& first) {
     const int64_t W = w.cfg.width, Q = static_cast<int64_t>(first.size()) - 1;
     std::vector<float> summary(static_cast<size_t>(Q * W), 0.f);
     const float inv_sqrt_w = 1.f / std::sqrt(static_cast<float>(W));
+    const int d = static_cast<int>(W);
     for (int64_t i = 0; i < Q; ++i) {
-        const int64_t n = first[i + 1] - first[i];
-        std::vector<float> a(static_cast<size_t>(n));
-        for (int64_t j = 0; j < n; ++j) {
-            const float* rj = r.data() + (first[i] + j) * W;
-            float dot = 0.f;
-            for (int64_t c = 0; c < W; ++c) dot += rj[c] * b[i * W + c];
-            a[j] = dot * inv_sqrt_w;
-        }
-        ops::softmax_inplace(a.data(), n);
-        float* s = summary.data() + i * W;
-        for (int64_t j = 0; j < n; ++j) {
-            const float* rj = r.data() + (first[i] + j) * W;
-            for (int64_t c = 0; c < W; ++c) s[c] += a[j] * rj[c];
-        }
+        const float* ri = r.data() + first[i] * W;
+        ops::attention(b.data() + i * W, W, ri, W, ri, W, 1, first[i + 1] - first[i], 1, 1, d, inv_sqrt_w,
+                       false, summary.data() + i * W, W);
     }
     return summary;
 }

@@ -6,6 +6,7 @@
 
 #include "io/model_dir.h"
 #include "model/tensors.h"
+#include "ops/attention_fast.h"
 #include "ops/basic.h"
 #include "ops/cpu.h"
 #include "ops/gemm.h"
@@ -58,55 +59,6 @@ void for_row_blocks(bool fast, int64_t rows, int64_t width, const F& f) {
     const int64_t blocks = std::min<int64_t>(rows, 8 * ops::num_threads());
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) f(rows * b / blocks, rows * (b + 1) / blocks);
-}
-
-// gelu_tanh(x) = 0.5·x·(1 + tanh(u)) = x·sigmoid(2u) = x / (1 + exp(-2u)), u = sqrt(2/π)·(x + 0.044715·x³),
-// with the polynomial exp of the fast kernels (~2 ulp); the exponent is capped where the result is 0 anyway.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v4", "default")))
-#endif
-void gelu_tanh_span(float* x, int64_t n) {
-    constexpr float kMinus2C = -1.5957691216057307f;  // -2·sqrt(2/π)
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-        const float v = x[i];
-        x[i] = v / (1.f + ops::exp_poly(std::min(kMinus2C * (v + 0.044715f * v * v * v), 80.f)));
-    }
-}
-
-// Bidirectional attention of one frame on the fast path: qkv [rows][q | k | v] (heads x hd each) -> out
-// [rows][heads x hd], the reference's arithmetic (scores, softmax over all keys, weighted sum of V) in blocks
-// of kQueryBlock queries of one head: S = scale·Q·Kᵀ and O = P·V as ops::small_gemm_acc products (AVX-512
-// register blocks, any head dim), the rows of S through ops::softmax_inplace_fast_f32. Blocks run on the
-// kernel threads; S is kQueryBlock x rows per thread. kt is scratch for Kᵀ ([heads][hd][rows]), reused across
-// calls.
-void frame_attention_fast(const float* qkv, int64_t rows, int64_t heads, int64_t hd, float scale, float* out,
-                          std::vector<float>& kt) {
-    constexpr int64_t kQueryBlock = 32;
-    const int64_t H = heads * hd, ld = 3 * H;
-    kt.resize(static_cast<size_t>(H * rows));
-    ops::num_threads();  // applies the global thread setting to this thread
-    const bool par = rows * rows * H > (int64_t{1} << 16);
-#pragma omp parallel for schedule(static) if (par)
-    for (int64_t c = 0; c < H; ++c)  // column c of K (head c / hd, dim c % hd) becomes row c of Kᵀ
-        for (int64_t r = 0; r < rows; ++r) kt[static_cast<size_t>(c * rows + r)] = qkv[r * ld + H + c];
-    const int64_t blocks = (rows + kQueryBlock - 1) / kQueryBlock;
-#pragma omp parallel if (par)
-    {
-        std::vector<float> sc(static_cast<size_t>(kQueryBlock * rows));
-#pragma omp for collapse(2) schedule(dynamic)
-        for (int64_t h = 0; h < heads; ++h)
-            for (int64_t b = 0; b < blocks; ++b) {
-                const int64_t i0 = b * kQueryBlock, m = std::min(kQueryBlock, rows - i0);
-                std::fill_n(sc.data(), m * rows, 0.f);
-                ops::small_gemm_acc(m, rows, hd, scale, qkv + i0 * ld + h * hd, ld, kt.data() + h * hd * rows,
-                                    rows, sc.data(), rows);
-                for (int64_t i = 0; i < m; ++i) ops::softmax_inplace_fast_f32(sc.data() + i * rows, rows);
-                float* o = out + i0 * H + h * hd;
-                for (int64_t i = 0; i < m; ++i) std::fill_n(o + i * H, hd, 0.f);
-                ops::small_gemm_acc(m, hd, rows, 1.f, sc.data(), rows, qkv + 2 * H + h * hd, ld, o, H);
-            }
-    }
 }
 
 }  // namespace
@@ -205,13 +157,6 @@ VisionTower::Grid VisionTower::patch_grid(int grid_t, int grid_h, int grid_w) co
     return g;
 }
 
-void VisionTower::norm_rows(const float* in, const LayerNormW& w, int64_t rows, float* out) const {
-    const int64_t H = cfg_.hidden_size;
-    for_row_blocks(!reference_, rows, H, [&](int64_t r0, int64_t r1) {
-        ops::layer_norm(in + r0 * H, r1 - r0, H, w.weight.data(), w.bias.data(), kNormEps, out + r0 * H);
-    });
-}
-
 void VisionTower::add_rows(float* acc, const float* y, int64_t rows) const {
     const int64_t H = cfg_.hidden_size;
     for_row_blocks(!reference_, rows, H, [&](int64_t r0, int64_t r1) {
@@ -290,7 +235,7 @@ void VisionTower::attention_block(const Block& b, const Grid& g, float* x, Block
     const int64_t H = cfg_.hidden_size, hd = head_dim_, heads = cfg_.num_heads, N = g.N, half = hd / 2;
     const size_t NH = static_cast<size_t>(N * H);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    norm_rows(x, b.norm1, N, s.xn.data());
+    b.norm1.forward(x, N, s.xn.data(), kNormEps);
     b.qkv.forward(s.xn.data(), N, s.qkv.data());
     // q and k rotate in place inside the packed [q | k | v] rows (2·heads adjacent heads of hd per row).
     for_row_blocks(!reference_, N, 2 * H, [&](int64_t r0, int64_t r1) {
@@ -300,12 +245,13 @@ void VisionTower::attention_block(const Block& b, const Grid& g, float* x, Block
     for (int64_t t = 0; t < g.t; ++t) {
         const float* base = s.qkv.data() + t * g.frame * 3 * H;
         float* out = s.attn.data() + t * g.frame * H;
-        if (!reference_)
-            frame_attention_fast(base, g.frame, heads, hd, scale, out, s.attn_scratch);
+        const int nh = static_cast<int>(heads), d = static_cast<int>(hd);
+        if (reference_)
+            ops::attention(base, 3 * H, base + H, 3 * H, base + 2 * H, 3 * H, g.frame, g.frame, nh, nh, d,
+                           scale, false, out, H);
         else
-            ops::attention(base, 3 * H, base + H, 3 * H, base + 2 * H, 3 * H, g.frame, g.frame,
-                           static_cast<int>(heads), static_cast<int>(heads), static_cast<int>(hd), scale,
-                           false, out, H);
+            ops::attention_fast(base, 3 * H, base + H, 3 * H, base + 2 * H, 3 * H, g.frame, g.frame, nh, nh,
+                                d, scale, false, out, H);
     }
     b.proj.forward(s.attn.data(), N, s.tmp.data());
     if (tb) {
@@ -328,7 +274,7 @@ void VisionTower::attention_block(const Block& b, const Grid& g, float* x, Block
 void VisionTower::mlp_block(const Block& b, int64_t N, float* x, BlockScratch& s,
                             VisionTrace::Block* tb) const {
     const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
-    norm_rows(x, b.norm2, N, s.xn.data());
+    b.norm2.forward(x, N, s.xn.data(), kNormEps);
     for (int64_t r0 = 0; r0 < N; r0 += kMlpRowChunk) {
         const int64_t rn = std::min(kMlpRowChunk, N - r0);
         b.fc1.forward(s.xn.data() + r0 * H, rn, s.mid.data());
@@ -338,7 +284,7 @@ void VisionTower::mlp_block(const Block& b, int64_t N, float* x, BlockScratch& s
             if (!act_tanh_)
                 ops::gelu_erf_inplace(p, n);
             else if (!reference_)
-                gelu_tanh_span(p, n);
+                ops::gelu_tanh_inplace_fast(p, n);
             else
                 ops::gelu_tanh_inplace(p, n);
         });
@@ -356,7 +302,7 @@ void VisionTower::mlp_block(const Block& b, int64_t N, float* x, BlockScratch& s
 std::vector<float> VisionTower::merge(const float* x, int64_t N, BlockScratch& s, VisionTrace* trace) const {
     const int64_t H = cfg_.hidden_size, M2 = int64_t{cfg_.spatial_merge_size} * cfg_.spatial_merge_size;
     const int64_t T = N / M2;
-    norm_rows(x, merger_norm_, N, s.xn.data());
+    merger_norm_.forward(x, N, s.xn.data(), kNormEps);
     std::vector<float> h1(static_cast<size_t>(T * M2 * H));
     merger_fc1_.forward(s.xn.data(), T, h1.data());  // xn viewed as [T][M2·H]
     if (trace) trace->merger_norm = trace->merger_in = s.xn;

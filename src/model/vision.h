@@ -80,9 +80,7 @@ public:
                                VisionTrace* trace = nullptr) const;
 
 private:
-    struct LayerNormW {
-        std::vector<float> weight, bias;
-    };
+    using LayerNormW = LayerNorm;  // model/linear.h
     struct Block {
         LayerNormW norm1, norm2;
         Linear qkv, proj, fc1, fc2;
@@ -94,11 +92,10 @@ private:
     struct Grid;  // the patch grid of one image (vision.cpp)
     // Buffers one forward pass reuses across blocks.
     struct BlockScratch {
-        std::vector<float> xn, qkv, attn, tmp, mid, attn_scratch;
+        std::vector<float> xn, qkv, attn, tmp, mid;
         std::vector<float> cos, sin;  // the rotary tables [N][head_dim/2]
     };
     Grid patch_grid(int grid_t, int grid_h, int grid_w) const;
-    void norm_rows(const float* in, const LayerNormW& w, int64_t rows, float* out) const;
     void add_rows(float* acc, const float* y, int64_t rows) const;
     void add_position_embedding(const Grid& g, float* x, VisionTrace* trace) const;
     void rotary_tables(const Grid& g, std::vector<float>& cos_t, std::vector<float>& sin_t,

@@ -4,7 +4,9 @@
 #include <vector>
 
 #include "ops/attention_kernels.h"
+#include "ops/basic.h"
 #include "ops/cpu.h"
+#include "ops/simd_kernels.h"
 #include "util/error.h"
 
 namespace clef::ops {
@@ -21,10 +23,46 @@ void check(const simd::AttnCall& a) {
     if (!a.q || !a.k || !a.v || !a.out) throw Error("attention_fast: null input or output");
 }
 
+// Bidirectional fp32 attention with whole score rows (the vision tower's frames, the head's memory): per
+// query head and block of kDenseRows queries, S = scale·Q·Kᵀ and O = P·V as small_gemm_acc products (register
+// blocks, any head dim) and each row of S through softmax_inplace_fast_f32. Kᵀ ([hkv·dh][lk]) is built once
+// per call; blocks run on the kernel threads with kDenseRows x lk scores each.
+void dense(const simd::AttnCall& a) {
+    constexpr int64_t kDenseRows = 32;
+    const int64_t lk = a.lk, dh = a.dh, cols = static_cast<int64_t>(a.hkv) * dh;
+    const auto* k = static_cast<const float*>(a.k);
+    const auto* v = static_cast<const float*>(a.v);
+    std::vector<float> kt(static_cast<size_t>(cols * lk));
+    num_threads();  // applies the global thread setting to this thread
+    const bool par = a.lq * lk * a.hq * dh > (int64_t{1} << 16);
+    float* ktp = kt.data();
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t c = 0; c < cols; ++c)  // column c of K (kv head c / dh, dim c % dh) becomes row c of Kᵀ
+        for (int64_t r = 0; r < lk; ++r) ktp[c * lk + r] = k[r * a.ks + c];
+    const int64_t blocks = (a.lq + kDenseRows - 1) / kDenseRows, group = a.hq / a.hkv;
+#pragma omp parallel if (par)
+    {
+        std::vector<float> sc(static_cast<size_t>(kDenseRows * lk));
+#pragma omp for collapse(2) schedule(dynamic)
+        for (int64_t h = 0; h < a.hq; ++h)
+            for (int64_t b = 0; b < blocks; ++b) {
+                const int64_t i0 = b * kDenseRows, m = std::min(kDenseRows, a.lq - i0), g = h / group;
+                std::fill_n(sc.data(), m * lk, 0.f);
+                simd::small_gemm_acc(m, lk, dh, a.scale, a.q + i0 * a.qs + h * dh, a.qs, ktp + g * dh * lk,
+                                     lk, sc.data(), lk);
+                for (int64_t i = 0; i < m; ++i) softmax_inplace_fast_f32(sc.data() + i * lk, lk);
+                float* o = a.out + i0 * a.os + h * dh;
+                for (int64_t i = 0; i < m; ++i) std::fill_n(o + i * a.os, dh, 0.f);
+                simd::small_gemm_acc(m, dh, lk, 1.f, sc.data(), lk, v + g * dh, a.vs, o, a.os);
+            }
+    }
+}
+
 // Tasks are (kv head, block of query rows); causal blocks near the end see more keys, so the longest go first
 // and threads take them one at a time.
 void run(const simd::AttnCall& a) {
     check(a);
+    if (!a.causal && !a.kv_bf16 && !a.round_bf16) return dense(a);
     const int64_t nqb = (a.lq + simd::kAttnQueryRows - 1) / simd::kAttnQueryRows;
     const int64_t tasks = nqb * a.hkv;
     const int64_t scratch = simd::attention_scratch_floats(a);

@@ -1,4 +1,5 @@
-// Causal / full attention for long prompts: key blocks with an online softmax (no lq x lk score matrix), GQA
+// The one fast attention (the scalar reference is ops::attention in ops/basic.h). Causal / full attention for
+// long prompts: key blocks with an online softmax (no lq x lk score matrix), GQA
 // (each key block read once for all query heads of its kv head), explicit row strides as in ops::attention
 // (the scalar oracle in ops/basic.h). The K/V rows are read where they lie: no copy of the cache per call.
 #pragma once
@@ -16,6 +17,9 @@ namespace clef::ops {
 // ~1e-6 relative). Precision::BF16: q, k, p and v are rounded to bf16 before their products (fp32
 // accumulation), the numerics of a bf16 matrix unit; error ~1e-2 relative on the output (documented bound
 // used by the tests: 2e-2 of max |v|). Throws clef::Error on a bad shape.
+// Two implementations behind this one entry: bidirectional fp32 attention (Exact, fp32 K/V: the vision
+// tower's frames, the joint head's memory) computes whole score rows with small_gemm_acc products and
+// softmax_inplace_fast_f32 (ops/basic.h); everything else runs the flash kernel (ops/attention_kernels.cpp).
 void attention_fast(const float* q, int64_t q_stride, const float* k, int64_t k_stride, const float* v,
                     int64_t v_stride, int64_t lq, int64_t lk, int hq, int hkv, int dh, float scale,
                     bool causal, float* out, int64_t out_stride, Precision p = Precision::Exact);

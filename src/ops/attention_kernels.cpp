@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "ops/attention_kernels.h"
+#include "ops/simd.h"
 #include "ops/simd_kernels.h"
 #include "util/half.h"
 
@@ -231,6 +232,7 @@ void pv_block(const AttnCall& a, const float* V, int nk, const Scratch& x) {
 }
 
 void AttentionTask(const AttnCall& a, int g, int64_t i0, int n, float* scratch) {
+    note_target(KernelFamily::Attention, HWY_TARGET);
     const DF df;
     const int64_t N = lanes(), dh = a.dh, G = a.hq / a.hkv;
     const Scratch x = carve(a, n, scratch);

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "ops/cpu.h"
+#include "ops/elementwise_kernels.h"
 #include "util/half.h"
 
 namespace clef::ops {
@@ -120,30 +122,25 @@ void gelu_tanh_inplace(float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] = gelu_tanh(x[i]);
 }
 
-void softmax_inplace(float* x, int64_t n) {
+template <class T>
+void softmax_inplace(T* x, int64_t n) {
     if (n <= 0) return;
-    float mx = x[0];
+    T mx = x[0];
     for (int64_t i = 1; i < n; ++i) mx = std::max(mx, x[i]);
     double sum = 0.0;
     for (int64_t i = 0; i < n; ++i) {
         x[i] = std::exp(x[i] - mx);
         sum += x[i];
     }
-    const float inv = static_cast<float>(1.0 / sum);
+    const T inv = static_cast<T>(1.0 / sum);
     for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
+template void softmax_inplace<float>(float* x, int64_t n);
+template void softmax_inplace<double>(double* x, int64_t n);
 
 std::vector<float> softmax_f32(const std::vector<float>& logits) {
-    std::vector<float> p(logits.size());
-    if (logits.empty()) return p;
-    float mx = logits[0];
-    for (float l : logits) mx = std::max(mx, l);
-    float sum = 0.f;
-    for (size_t i = 0; i < logits.size(); ++i) {
-        p[i] = std::exp(logits[i] - mx);
-        sum += p[i];
-    }
-    for (auto& x : p) x /= sum;
+    std::vector<float> p = logits;
+    softmax_inplace(p.data(), static_cast<int64_t>(p.size()));
     return p;
 }
 
@@ -190,134 +187,75 @@ void rms_norm_gated(const float* x, const float* z, int64_t rows, int64_t d, con
     for (int64_t i = 0; i < rows * d; ++i) y[i] *= gate == NormGate::Silu ? silu(z[i]) : sigmoid(z[i]);
 }
 
-// Compiler-vectorised clones for AVX-512 and AVX2 machines and the baseline, picked by the loader from the
-// CPU (CLEF_MAX_ISA does not reach them; they are a few per cent of a decision).
-#define CLEF_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-
 namespace {
 constexpr int64_t kPar = 1 << 15;  // elements below which the fast kernels stay on one thread
 
-CLEF_CLONES void sigmoid_mul_span(const float* x, const float* gate, int64_t n, float* out) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) out[i] = x[i] / (1.f + exp_poly(-gate[i]));
-}
+using simd::NormMode;
 
-CLEF_CLONES void silu_mul_span(const float* gate, const float* up, int64_t n, float* out) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.f + exp_poly(-gate[i])) * up[i];
-}
-
-CLEF_CLONES double sum_sq(const float* x, int64_t d) {
-    double ss = 0.0;
-#pragma omp simd reduction(+ : ss)
-    for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(x[i]) * x[i];
-    return ss;
-}
-
-// mode 0: w plain (null = ones), 1: (1 + w), 2: w plain then * silu(z), 3: w plain then * sigmoid(z)
-CLEF_CLONES void norm_row(const float* x, const float* z, int64_t d, const float* w, float inv, int mode,
-                          float* y) {
-    if (mode == 1) {
-#pragma omp simd
-        for (int64_t i = 0; i < d; ++i) y[i] = x[i] * inv * (1.f + w[i]);
-    } else if (!w) {
-#pragma omp simd
-        for (int64_t i = 0; i < d; ++i) y[i] = x[i] * inv;
-    } else {
-#pragma omp simd
-        for (int64_t i = 0; i < d; ++i) y[i] = x[i] * inv * w[i];
-    }
-    if (mode == 2) {
-#pragma omp simd
-        for (int64_t i = 0; i < d; ++i) y[i] *= z[i] / (1.f + exp_poly(-z[i]));
-    } else if (mode == 3) {
-#pragma omp simd
-        for (int64_t i = 0; i < d; ++i) y[i] *= 1.f / (1.f + exp_poly(-z[i]));
-    }
-}
-
-void rms_rows(const float* x, const float* z, int64_t rows, int64_t d, const float* w, float eps, int mode,
-              float* y) {
+void rms_rows(const float* x, const float* z, int64_t rows, int64_t d, const float* w, float eps,
+              NormMode mode, float* y) {
 #pragma omp parallel for schedule(static) if (rows * d > kPar)
     for (int64_t r = 0; r < rows; ++r) {
         const float inv =
-            static_cast<float>(1.0 / std::sqrt(sum_sq(x + r * d, d) / static_cast<double>(d) + eps));
-        norm_row(x + r * d, z ? z + r * d : nullptr, d, w, inv, mode, y + r * d);
+            static_cast<float>(1.0 / std::sqrt(simd::sum_sq(x + r * d, d) / static_cast<double>(d) + eps));
+        simd::norm_row(x + r * d, z ? z + r * d : nullptr, d, w, inv, mode, y + r * d);
     }
-}
-
-CLEF_CLONES void scale_row(const float* x, int64_t d, float s, float* y) {
-#pragma omp simd
-    for (int64_t i = 0; i < d; ++i) y[i] = x[i] * s;
-}
-
-// The denominator in double (as the reference) or, with f32_sum, in fp32 vector partial sums.
-CLEF_CLONES void softmax_span(float* x, int64_t n, bool f32_sum) {
-    float mx = x[0];
-#pragma omp simd reduction(max : mx)
-    for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
-    float inv;
-    if (f32_sum) {
-        float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t i = 0; i < n; ++i) {
-            x[i] = exp_poly(x[i] - mx);
-            sum += x[i];
-        }
-        inv = 1.f / sum;
-    } else {
-        double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t i = 0; i < n; ++i) {
-            x[i] = exp_poly(x[i] - mx);
-            sum += x[i];
-        }
-        inv = static_cast<float>(1.0 / sum);
-    }
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 }  // namespace
 
 void sigmoid_mul_fast(const float* x, const float* gate, int64_t n, float* out) {
     const int64_t blk = 4096;
 #pragma omp parallel for schedule(static) if (n > kPar)
-    for (int64_t i = 0; i < n; i += blk) sigmoid_mul_span(x + i, gate + i, std::min(blk, n - i), out + i);
+    for (int64_t i = 0; i < n; i += blk)
+        simd::sigmoid_mul_span(x + i, gate + i, std::min(blk, n - i), out + i);
 }
 
 void silu_mul_fast(const float* gate, const float* up, int64_t n, float* out) {
     const int64_t blk = 4096;
 #pragma omp parallel for schedule(static) if (n > kPar)
-    for (int64_t i = 0; i < n; i += blk) silu_mul_span(gate + i, up + i, std::min(blk, n - i), out + i);
+    for (int64_t i = 0; i < n; i += blk) simd::silu_mul_span(gate + i, up + i, std::min(blk, n - i), out + i);
+}
+
+void layer_norm_fast(const float* x, int64_t rows, int64_t d, const float* w, const float* b, float eps,
+                     float* y) {
+    num_threads();  // applies the global thread setting to this thread
+#pragma omp parallel for schedule(static) if (rows * d > kPar)
+    for (int64_t r = 0; r < rows; ++r) layer_norm(x + r * d, 1, d, w, b, eps, y + r * d);
+}
+
+void gelu_tanh_inplace_fast(float* x, int64_t n) {
+    const int64_t blk = 4096;
+#pragma omp parallel for schedule(static) if (n > kPar)
+    for (int64_t i = 0; i < n; i += blk) simd::gelu_tanh_span(x + i, std::min(blk, n - i));
 }
 
 void rms_norm_gated_fast(const float* x, const float* z, int64_t rows, int64_t d, const float* w, float eps,
                          float* y, NormGate gate) {
-    rms_rows(x, z, rows, d, w, eps, gate == NormGate::Silu ? 2 : 3, y);
+    rms_rows(x, z, rows, d, w, eps, gate == NormGate::Silu ? NormMode::GateSilu : NormMode::GateSigmoid, y);
 }
 
 void rms_norm_zc_fast(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* y) {
-    rms_rows(x, nullptr, rows, d, w, eps, 1, y);
+    rms_rows(x, nullptr, rows, d, w, eps, NormMode::ZeroCentred, y);
 }
 
 void rms_norm_fast(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* y) {
-    rms_rows(x, nullptr, rows, d, w, eps, 0, y);
+    rms_rows(x, nullptr, rows, d, w, eps, NormMode::Plain, y);
 }
 
 void softmax_inplace_fast(float* x, int64_t n) {
-    if (n > 0) softmax_span(x, n, false);
+    if (n > 0) simd::softmax_row(x, n, false);
 }
 
 void softmax_inplace_fast_f32(float* x, int64_t n) {
-    if (n > 0) softmax_span(x, n, true);
+    if (n > 0) simd::softmax_row(x, n, true);
 }
 
 void l2_norm_fast(const float* x, int64_t rows, int64_t d, float eps, float scale, float* y) {
 #pragma omp parallel for schedule(static) if (rows * d > kPar)
     for (int64_t r = 0; r < rows; ++r) {
         const float inv =
-            static_cast<float>(static_cast<double>(scale) / std::sqrt(sum_sq(x + r * d, d) + eps));
-        scale_row(x + r * d, d, inv, y + r * d);
+            static_cast<float>(static_cast<double>(scale) / std::sqrt(simd::sum_sq(x + r * d, d) + eps));
+        simd::scale_row(x + r * d, d, inv, y + r * d);
     }
 }
 

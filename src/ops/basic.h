@@ -17,6 +17,9 @@ void linear_bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_
 
 // torch.nn.LayerNorm over rows of width d (biased variance); w/b may be null.
 void layer_norm(const float* x, int64_t rows, int64_t d, const float* w, const float* b, float eps, float* y);
+// The same arithmetic per row (so the same bits), rows on the kernel threads.
+void layer_norm_fast(const float* x, int64_t rows, int64_t d, const float* w, const float* b, float eps,
+                     float* y);
 // Zero-centred RMSNorm of Qwen3.5: y = x * rsqrt(mean(x^2) + eps) * (1 + w).
 void rms_norm_zc(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* y);
 // Plain-weight RMSNorm: y = x * rsqrt(mean(x^2) + eps) * w (w may be null = ones).
@@ -34,10 +37,12 @@ void silu_inplace(float* x, int64_t n);
 void gelu_erf_inplace(float* x, int64_t n);
 void gelu_tanh_inplace(float* x, int64_t n);
 
-// Numerically stable softmax of one row, in place (the denominator in double): the reference the fast forms
-// below are tested against.
-void softmax_inplace(float* x, int64_t n);
-// The answers' softmax, as torch's logits.float().softmax(-1): fp32 sum, each term divided by it.
+// The one softmax: of one row in place, the maximum subtracted, exp in T, the denominator accumulated in
+// double, each term multiplied by 1 / sum rounded to T. The reference the fast forms below are tested
+// against; T = float (kernels, answers) or double (the eval statistics).
+template <class T>
+void softmax_inplace(T* x, int64_t n);
+// The answers' probabilities: softmax_inplace of a copy of the logits.
 std::vector<float> softmax_f32(const std::vector<float>& logits);
 
 // Multi-head scaled dot-product attention, fp32, reference double loop.
@@ -50,7 +55,8 @@ void attention(const float* q, int64_t q_stride, const float* k, int64_t k_strid
 
 // ---------------------------------------------------------------- fused kernels and fast paths
 // Each *_fast function computes the same as its scalar reference (named in its comment) with vectorised code
-// (an AVX-512 clone chosen at run time, a baseline clone elsewhere); the tests compare the pairs.
+// compiled once per Highway target and dispatched under CLEF_MAX_ISA (ops/elementwise_kernels.cpp); the
+// tests compare the pairs on every target (tests/test_ops_fast.cpp).
 
 // exp(x) in fp32 without libm: Cody-Waite range reduction and a degree-7 polynomial (Cephes coefficients),
 // within 2 ulp of std::exp for x in [-87.3, 88.3]; 0 below, clamped to exp(88.38) above, NaN for NaN.
@@ -81,6 +87,8 @@ void sigmoid_mul_fast(const float* x, const float* gate, int64_t n, float* out);
 // out = silu(gate) * up elementwise (the SwiGLU MLP); out may alias gate or up.
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 void silu_mul_fast(const float* gate, const float* up, int64_t n, float* out);
+// gelu_tanh_inplace as x / (1 + exp_poly(-2u)) (the tanh written through the sigmoid), ~2 ulp of exp.
+void gelu_tanh_inplace_fast(float* x, int64_t n);
 // The gate of a GatedDeltaNet layer's norm: silu(z) (config "swish"/"silu", Qwen3.5's) or sigmoid(z).
 enum class NormGate { Silu, Sigmoid };
 // Gated RMSNorm of a GatedDeltaNet layer: y = rms_norm(x, w) * gate(z) for `rows` rows of d; z has x's

@@ -7,6 +7,7 @@
 
 #include "ops/basic.h"
 #include "ops/cpu.h"
+#include "ops/delta_rule_head.h"
 #include "ops/gemm.h"
 #include "util/error.h"
 
@@ -25,41 +26,17 @@ void l2_norm(const float* x, int64_t rows, int64_t d, float eps, float scale, fl
 
 namespace {
 
+using delta::Head;
+using delta::head_of;
+using delta::load_state;
+using delta::store_state;
+
 void check_args(const DeltaRuleArgs& a) {
     if (a.T < 0 || a.num_k_heads <= 0 || a.num_v_heads <= 0 || a.dk <= 0 || a.dv <= 0 ||
         a.num_v_heads % a.num_k_heads != 0)
         throw Error("gated_delta_rule: bad shape (Hk, Hv, dk, dv must be positive and Hv a multiple of Hk)");
     if (a.T > 0 && (!a.q || !a.k || !a.v || !a.beta || !a.g || !a.out))
         throw Error("gated_delta_rule: null input or output");
-}
-
-// Pointers of value head h.
-struct Head {
-    const float* q;
-    const float* k;
-    const float* v;
-    const float* beta;
-    const float* g;
-    float* out;
-};
-
-Head head_of(const DeltaRuleArgs& a, int h) {
-    const int kh = h / (a.num_v_heads / a.num_k_heads);
-    return {a.q + kh * a.dk, a.k + kh * a.dk, a.v + static_cast<int64_t>(h) * a.dv,
-            a.beta + h,      a.g + h,         a.out + static_cast<int64_t>(h) * a.dv};
-}
-
-void load_state(const DeltaRuleArgs& a, int h, float* S) {
-    const size_t n = static_cast<size_t>(a.dk) * a.dv;
-    if (a.initial_state)
-        std::memcpy(S, a.initial_state + h * n, n * sizeof(float));
-    else
-        std::fill(S, S + n, 0.f);
-}
-
-void store_state(const DeltaRuleArgs& a, int h, const float* S) {
-    const size_t n = static_cast<size_t>(a.dk) * a.dv;
-    if (a.final_state) std::memcpy(a.final_state + h * n, S, n * sizeof(float));
 }
 
 void serial_head(const DeltaRuleArgs& a, int h) {
@@ -180,100 +157,6 @@ void chunked_head(const DeltaRuleArgs& a, int h, int C) {
     store_state(a, h, S.data());
 }
 
-// The chunked form with the chunk's products as small register-blocked matrix products (small_gemm_acc), the
-// decay factors exponentiated once per chunk and the forward substitution vectorised over rows (AVX-512 and
-// AVX2 clones at run time). Same algebra as chunked_head.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void chunked_head_fast(
-    const DeltaRuleArgs& a, int h, int C) {
-    const int dk = a.dk, dv = a.dv;
-    const Head p = head_of(a, h);
-    // Per-thread scratch reused across heads and calls (no page faults for fresh buffers on every head).
-    thread_local std::vector<float> S, G, eG, bt, KK, QK, Kc, KcT, Qc, U, W, O, kdT;
-    const size_t cc = static_cast<size_t>(C);
-    S.resize(static_cast<size_t>(dk) * dv);
-    for (auto* v : {&G, &eG, &bt}) v->resize(cc);
-    for (auto* v : {&KK, &QK}) v->resize(cc * cc);
-    for (auto* v : {&Kc, &KcT, &Qc, &W, &kdT}) v->resize(cc * dk);
-    for (auto* v : {&U, &O}) v->resize(cc * dv);
-    load_state(a, h, S.data());
-    for (int64_t t0 = 0; t0 < a.T; t0 += C) {
-        const int n = static_cast<int>(std::min<int64_t>(C, a.T - t0));
-        float acc = 0.f;
-        for (int i = 0; i < n; ++i) {
-            G[i] = acc += p.g[(t0 + i) * a.g_stride];
-            eG[i] = std::exp(G[i]);
-            bt[i] = p.beta[(t0 + i) * a.beta_stride];
-            const float* ki = p.k + (t0 + i) * a.k_stride;
-            std::memcpy(&Kc[static_cast<size_t>(i) * dk], ki, dk * sizeof(float));
-            std::memcpy(&Qc[static_cast<size_t>(i) * dk], p.q + (t0 + i) * a.q_stride, dk * sizeof(float));
-            for (int r = 0; r < dk; ++r) KcT[static_cast<size_t>(r) * C + i] = ki[r];
-        }
-        // KK = K K^T, QK = Q K^T (n x n), then the decays and masks:
-        // A[i][j] = beta_i KK[i][j] exp(G_i - G_j) (j < i); QK[i][j] *= exp(G_i - G_j) (j <= i), 0 above.
-        std::fill(KK.begin(), KK.end(), 0.f);
-        std::fill(QK.begin(), QK.end(), 0.f);
-        small_gemm_acc(n, n, dk, 1.f, Kc.data(), dk, KcT.data(), C, KK.data(), C);
-        small_gemm_acc(n, n, dk, 1.f, Qc.data(), dk, KcT.data(), C, QK.data(), C);
-        for (int i = 0; i < n; ++i) {
-            float* Ai = &KK[static_cast<size_t>(i) * C];
-            float* Pi = &QK[static_cast<size_t>(i) * C];
-            const float gi = G[i], bi = bt[i];
-#pragma omp simd
-            for (int j = 0; j <= i; ++j) {
-                const float d = exp_poly(gi - G[j]);
-                Ai[j] *= bi * d;
-                Pi[j] *= d;
-            }
-            for (int j = i + 1; j < n; ++j) Pi[j] = 0.f;
-        }
-        // Forward substitution: (I + A) U = beta V, (I + A) W = beta exp(G) K.
-        for (int i = 0; i < n; ++i) {
-            float* Ui = &U[static_cast<size_t>(i) * dv];
-            float* Wi = &W[static_cast<size_t>(i) * dk];
-            const float* vi = p.v + (t0 + i) * a.v_stride;
-            const float* ki = &Kc[static_cast<size_t>(i) * dk];
-            const float bi = bt[i], bg = bt[i] * eG[i];
-#pragma omp simd
-            for (int c = 0; c < dv; ++c) Ui[c] = bi * vi[c];
-#pragma omp simd
-            for (int c = 0; c < dk; ++c) Wi[c] = bg * ki[c];
-            for (int j = 0; j < i; ++j) {
-                const float aij = KK[static_cast<size_t>(i) * C + j];
-                const float* Uj = &U[static_cast<size_t>(j) * dv];
-                const float* Wj = &W[static_cast<size_t>(j) * dk];
-#pragma omp simd
-                for (int c = 0; c < dv; ++c) Ui[c] -= aij * Uj[c];
-#pragma omp simd
-                for (int c = 0; c < dk; ++c) Wi[c] -= aij * Wj[c];
-            }
-        }
-        // V' = U - W S and O = exp(G) Q S, both with the state before this chunk.
-        small_gemm_acc(n, dv, dk, -1.f, W.data(), dk, S.data(), dv, U.data(), dv);
-        std::fill(O.begin(), O.begin() + static_cast<size_t>(n) * dv, 0.f);
-        small_gemm_acc(n, dv, dk, 1.f, Qc.data(), dk, S.data(), dv, O.data(), dv);
-        for (int i = 0; i < n; ++i) {
-            float* Oi = &O[static_cast<size_t>(i) * dv];
-            const float gi = eG[i];
-#pragma omp simd
-            for (int c = 0; c < dv; ++c) Oi[c] *= gi;
-        }
-        // O += (QK o D) V'.
-        small_gemm_acc(n, dv, n, 1.f, QK.data(), C, U.data(), dv, O.data(), dv);
-        for (int i = 0; i < n; ++i)
-            std::memcpy(p.out + (t0 + i) * a.out_stride, &O[static_cast<size_t>(i) * dv], dv * sizeof(float));
-        // S = exp(G_n) S + (K exp(G_n - G))^T V'.
-        const float gn = eG[n - 1];
-        for (float& sv : S) sv *= gn;
-        for (int j = 0; j < n; ++j) {
-            const float dj = std::exp(G[n - 1] - G[j]);
-            for (int r = 0; r < dk; ++r)
-                kdT[static_cast<size_t>(r) * C + j] = dj * Kc[static_cast<size_t>(j) * dk + r];
-        }
-        small_gemm_acc(dk, dv, n, 1.f, kdT.data(), C, U.data(), dv, S.data(), dv);
-    }
-    store_state(a, h, S.data());
-}
-
 }  // namespace
 
 void gated_delta_rule_serial(const DeltaRuleArgs& a) {
@@ -294,7 +177,7 @@ void gated_delta_rule_chunked_fast(const DeltaRuleArgs& a, int chunk) {
     if (chunk <= 0) throw Error("gated_delta_rule_chunked_fast: chunk must be positive");
     num_threads();  // applies the global thread setting to this thread
 #pragma omp parallel for schedule(static) if (a.T * a.num_v_heads * a.dk * a.dv > (1 << 16))
-    for (int h = 0; h < a.num_v_heads; ++h) chunked_head_fast(a, h, chunk);
+    for (int h = 0; h < a.num_v_heads; ++h) delta::chunked_head_fast(a, h, chunk);
 }
 
 }  // namespace clef::ops

@@ -10,6 +10,7 @@
 #include "ops/cpu.h"
 #include "ops/iq_groups.h"
 #include "ops/quant_blocks.h"
+#include "ops/simd.h"
 #include "util/half.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -298,9 +299,11 @@ void blocks(DequantType t, const void* p, int64_t nb, Out* y) {
 }
 
 void DequantF32(DequantType t, const void* p, int64_t nb, float* y) {
+    note_target(KernelFamily::Dequant, HWY_TARGET);
     blocks(t, p, nb, y);
 }
 void DequantBf16(DequantType t, const void* p, int64_t nb, uint16_t* y) {
+    note_target(KernelFamily::Dequant, HWY_TARGET);
     blocks(t, p, nb, y);
 }
 

@@ -19,6 +19,7 @@
 
 #include "ops/cpu.h"
 #include "ops/quant_kernels.h"
+#include "ops/simd.h"
 
 // The search and the scalar sums, defined once (on the first pass through this file, for the default target).
 #ifndef CLEF_OPS_QUANT_KERNELS_SEARCH
@@ -172,10 +173,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 #if HWY_TARGET == HWY_SCALAR
 // One lane per vector: this target runs the scalar reference.
 void FitScaleMin(const float* x, int nmax, float& scale, float& min_out) {
+    note_target(KernelFamily::Quant, HWY_TARGET);
     fit_scale_min_ref(x, nmax, scale, min_out);
 }
 
 float FitScaleSym(const float* x) {
+    note_target(KernelFamily::Quant, HWY_TARGET);
     return fit_scale_sym_ref(x);
 }
 #else
@@ -306,10 +309,12 @@ struct VecSearch {
 
 // flatten: the search template (default target) is inlined first, then the kernels into what it became.
 [[gnu::flatten]] void FitScaleMin(const float* x, int nmax, float& scale, float& min_out) {
+    note_target(KernelFamily::Quant, HWY_TARGET);
     fit_scale_min_with<VecSearch>(x, nmax, scale, min_out);
 }
 
 [[gnu::flatten]] float FitScaleSym(const float* x) {
+    note_target(KernelFamily::Quant, HWY_TARGET);
     return fit_scale_sym_with<VecSearch>(x);
 }
 #endif  // HWY_TARGET == HWY_SCALAR

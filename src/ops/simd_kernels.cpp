@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "ops/cpu.h"
+#include "ops/simd.h"
 #include "ops/simd_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -88,6 +89,7 @@ HWY_INLINE void panel_rows(const float* x, int64_t k, const void* panel, int row
 
 void PanelBlock(const float* x, int64_t k, const void* panel, PanelType type, int rows, int ncols, float* y,
                 int64_t ldy) {
+    note_target(KernelFamily::Gemm, HWY_TARGET);
     const int strip = 2 * static_cast<int>(hn::Lanes(DF()));
     for (int c0 = 0; c0 < ncols; c0 += strip) {
         const int nc = std::min(strip, ncols - c0);
@@ -146,12 +148,14 @@ HWY_INLINE void small_rows(int64_t n, int64_t k, float alpha, const float* a, in
 
 void SmallGemmAcc(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
                   int64_t ldb, float* c, int64_t ldc) {
+    note_target(KernelFamily::Gemm, HWY_TARGET);
     int64_t i = 0;
     for (; i + 4 <= m; i += 4) small_rows<4>(n, k, alpha, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
     for (; i < m; ++i) small_rows<1>(n, k, alpha, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
 }
 
 void Bf16ToF32(const uint16_t* in, float* out, int64_t count) {
+    note_target(KernelFamily::Gemm, HWY_TARGET);
     const DF df;
     const int64_t N = static_cast<int64_t>(hn::Lanes(df));
     int64_t i = 0;

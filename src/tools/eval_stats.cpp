@@ -4,6 +4,8 @@
 #include <cmath>
 #include <map>
 
+#include "ops/basic.h"
+
 namespace clef::eval {
 
 namespace {
@@ -229,11 +231,8 @@ JsonValue agreement_json(const Agreement& g) {
 
 std::vector<double> softmax_t(const std::vector<double>& logits, double t) {
     std::vector<double> p(logits.size());
-    if (logits.empty()) return p;
-    const double top = *std::max_element(logits.begin(), logits.end());
-    double sum = 0;
-    for (size_t i = 0; i < logits.size(); ++i) sum += p[i] = std::exp((logits[i] - top) / t);
-    for (double& x : p) x /= sum;
+    for (size_t i = 0; i < logits.size(); ++i) p[i] = logits[i] / t;
+    ops::softmax_inplace(p.data(), static_cast<int64_t>(p.size()));
     return p;
 }
 

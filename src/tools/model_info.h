@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -14,6 +13,7 @@
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/memory_plan.h"
+#include "model/serve_plan.h"  // compute_memory_plan, machine_plan_input
 #include "util/text.h"
 
 namespace clef {
@@ -120,17 +120,6 @@ std::string format_model_info(const ModelInfo& info);
 // A JSON object with the same content (plain integers).
 nlohmann::json model_info_to_json(const ModelInfo& info);
 
-// The memory plan (model/memory_plan.h) of a model directory or GGUF file (head_dir as above), from its
-// configs and the stored types and sizes of its tensors (no tensor data is read).
-MemoryPlan compute_memory_plan(const std::string& model, const std::string& head_dir,
-                               const MemoryPlanInput& in);
-// The plan's input for a decision of `tokens` tokens on this machine: the engine's defaults
-// (decision/engine.h), the backbone options given, this CPU's GEMM backend for their precision (it sets the
-// process's GEMM plan).
-MemoryPlanInput machine_plan_input(int64_t tokens, const BackboneOptions& backbone = {});
-// The plans of one model at any request size: its files' headers are read once, by memory_planner().
-using MemoryPlanner = std::function<MemoryPlan(const MemoryPlanInput&)>;
-MemoryPlanner memory_planner(const std::string& model, const std::string& head_dir);
 // The plan of a model that exists only as its configs (e.g. the full Clef 27B): build "bf16" = the
 // publisher's safetensors, or a GGUF file type ("q4_k_m") with llama.cpp's per-tensor types. Throws on an
 // unknown build.

@@ -1,0 +1,123 @@
+// Ollama's discovery API (docs/API.md, "Ollama clients"): /api/tags and /api/show in Ollama's shapes.
+#include <cctype>
+#include <initializer_list>
+#include <utility>
+
+#include "server/server_impl.h"
+
+namespace clef {
+
+std::string ollama_error(const std::string& message) {
+    return write_json(JsonValue::object({{"error", JsonValue::string(message)}}));
+}
+
+namespace {
+
+// Ollama's `details` of a model (/api/tags, /api/show).
+JsonValue ollama_details(const ModelCard& m) {
+    std::string level = m.quantization;
+    for (char& c : level) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return JsonValue::object({{"parent_model", str("")},
+                              {"format", str(m.format)},
+                              {"family", str("clef")},
+                              {"families", JsonValue::array({str("clef")})},
+                              {"parameter_size", str(parameter_size_text(m.parameter_count))},
+                              {"quantization_level", str(level)}});
+}
+
+// Ollama's `model_info`: the GGUF metadata keys of llama.cpp's clef architecture (tools/gguf_convert.cpp
+// writes the same), from the loaded configs.
+JsonValue ollama_model_info(const ModelCard& m) {
+    const TextConfig& t = m.config.text;
+    auto i = [](int64_t v) { return JsonValue::integer(v); };
+    JsonValue info = JsonValue::object({{"general.architecture", str("clef")},
+                                        {"general.basename", str(m.name)},
+                                        {"general.parameter_count", i(m.parameter_count)}});
+    if (m.file_type >= 0) info.set("general.file_type", i(m.file_type));
+    if (m.quantization_version >= 0) info.set("general.quantization_version", i(m.quantization_version));
+    for (const auto& [key, value] : std::initializer_list<std::pair<const char*, int64_t>>{
+             {"context_length", m.context_length},
+             {"embedding_length", t.hidden_size},
+             {"block_count", t.num_layers},
+             {"feed_forward_length", t.intermediate_size},
+             {"attention.head_count", t.num_heads},
+             {"attention.head_count_kv", t.num_kv_heads},
+             {"attention.key_length", t.head_dim},
+             {"full_attention_interval", full_attention_interval_of(t.layer_types)},
+             {"ssm.conv_kernel", t.linear_conv_kernel},
+             {"ssm.state_size", t.linear_key_head_dim},
+             {"ssm.group_count", t.linear_num_key_heads},
+             {"ssm.time_step_rank", t.linear_num_value_heads},
+             {"vocab_size", t.vocab_size}})
+        info.set(std::string("clef.") + key, i(value));
+    if (m.head) {
+        info.set("clef.decision.routing_block_count", i(m.head->routing_layers));
+        info.set("clef.decision.block_count", i(m.head->layers));
+        info.set("clef.decision.head_count", i(m.head->heads));
+        info.set("clef.decision.embedding_length", i(m.head->width));
+        info.set("clef.decision.feed_forward_length", i(m.head->feedforward));
+    }
+    return info;
+}
+
+}  // namespace
+
+// GET /api/tags (Ollama's model list): the loaded model under its canonical name; nothing while it loads.
+void Server::Impl::handle_ollama_tags(httplib::Response& res) {
+    std::vector<JsonValue> models;
+    if (ready) {
+        const ModelCard& m = loaded_card;
+        models.push_back(JsonValue::object({{"name", str(m.name)},
+                                            {"model", str(m.name)},
+                                            {"modified_at", str(m.modified_at)},
+                                            {"size", JsonValue::integer(static_cast<int64_t>(m.size_bytes))},
+                                            {"digest", str(m.digest)},
+                                            {"details", ollama_details(m)}}));
+    }
+    respond(res, 200, write_json(JsonValue::object({{"models", JsonValue::array(std::move(models))}})));
+}
+
+// POST /api/show {"model": NAME} (or "name"): Ollama's model details; 404 for a name the model does not
+// answer to. Any Content-Type but multipart is read as JSON (Ollama's own examples send `curl -d`, a form
+// type).
+void Server::Impl::handle_ollama_show(const httplib::Request& req, httplib::Response& res,
+                                      const httplib::ContentReader& read) {
+    if (req.is_multipart_form_data()) {
+        HardenedHttpServer::close_after_response(res);
+        respond(res, 415, ollama_error("the body must be JSON"));
+        return;
+    }
+    std::string text;
+    if (!read_body(res, read, text)) return;
+    JsonValue body;
+    JsonParseError perr;
+    JsonParseOptions popt;
+    popt.max_depth = opt.max_json_depth;
+    if (!parse_json(text, body, perr, popt) || !body.is_object()) {
+        respond(res, 400, ollama_error("invalid JSON body"));
+        return;
+    }
+    const JsonValue* name = body.find("model");
+    if (!name || !name->is_string()) name = body.find("name");
+    if (!name || !name->is_string() || name->as_string().empty()) {
+        respond(res, 400, ollama_error("model is required"));
+        return;
+    }
+    if (!ready) {
+        res.set_header("retry-after", "1");
+        respond(res, 503, ollama_error(load_failed ? "the model failed to load" : "the model is loading"));
+        return;
+    }
+    if (!known_model(name->as_string())) {
+        respond(res, 404, ollama_error("model '" + name->as_string() + "' not found"));
+        return;
+    }
+    const ModelCard& m = loaded_card;
+    respond(res, 200,
+            write_json(JsonValue::object({{"details", ollama_details(m)},
+                                          {"model_info", ollama_model_info(m)},
+                                          {"capabilities", capabilities_json(m)},
+                                          {"modified_at", str(m.modified_at)}})));
+}
+
+}  // namespace clef
