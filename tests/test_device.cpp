@@ -47,7 +47,8 @@ public:
     void sigmoid_mul(dev::Span x, dev::Span g, dev::Span o) override {
         k("sigmoid_mul"), s_->sigmoid_mul(x, g, o);
     }
-    void conv1d_silu(dev::Span x, int64_t T, int64_t C, dev::Span w, int K, dev::Span st, dev::Span y) override {
+    void conv1d_silu(dev::Span x, int64_t T, int64_t C, dev::Span w, int K, dev::Span st,
+                     dev::Span y) override {
         k("conv1d_silu"), s_->conv1d_silu(x, T, C, w, K, st, y);
     }
     void l2_norm_heads(dev::Span x, int64_t ld, int64_t T, int h, int d, float eps, float sc,
@@ -133,7 +134,8 @@ TEST(DeviceSeam, BackboneRunsEveryLayerThroughTheSeam) {
         EXPECT_EQ(counting.c.downloads, 1);
         EXPECT_EQ(counting.c.kernels["delta_rule"], linear_layers);
         EXPECT_EQ(counting.c.kernels["attention"], attention_layers);
-        EXPECT_EQ(counting.c.kernels["linear"], linear_layers * 5 + attention_layers * 4 + t.cfg.num_layers * 3);
+        EXPECT_EQ(counting.c.kernels["linear"],
+                  linear_layers * 5 + attention_layers * 4 + t.cfg.num_layers * 3);
         // input norm, post norm per layer, q/k norms per attention layer, the final norm
         EXPECT_EQ(counting.c.kernels["rms_norm"], 2 * t.cfg.num_layers + 2 * attention_layers + 1);
     }

@@ -69,9 +69,9 @@ TEST(StateCache, HitsAnswerAsTheReference) {
         EXPECT_LE(max_prob_diff(first, plain), 2e-5);
         EXPECT_LE(max_prob_diff(again, plain), 2e-5);
         EXPECT_LE(max_golden_diff(again, *c.questions), 2e-5);
-        // The answers as served: rounded to 4 decimals, so probabilities within 2e-5 of each other may round one
-        // unit apart where they straddle a rounding edge (special_tokens_in_text's injection: 0.401849); every
-        // string (choices, legends) is exact.
+        // The answers as served: rounded to 4 decimals, so probabilities within 2e-5 of each other may round
+        // one unit apart where they straddle a rounding edge (special_tokens_in_text's injection: 0.401849);
+        // every string (choices, legends) is exact.
         clef::testing::expect_json_near(*again.response.find("answers"), *plain.response.find("answers"),
                                         1e-4 * (1 + 1e-9), "answers");
     }

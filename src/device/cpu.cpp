@@ -1,5 +1,6 @@
-// The CPU device: host memory and src/ops' kernels behind device/device.h. A stream with reference = true runs
-// the scalar oracles (the tests' reference path), else the fast kernels; every call runs before it returns.
+// The CPU device: host memory and src/ops' kernels behind device/device.h. A stream with reference = true
+// runs the scalar oracles (the tests' reference path), else the fast kernels; every call runs before it
+// returns.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -17,7 +18,9 @@ namespace clef::dev {
 
 namespace {
 
-size_t elem_bytes(Elem e) { return e == Elem::F32 ? 4 : 2; }
+size_t elem_bytes(Elem e) {
+    return e == Elem::F32 ? 4 : 2;
+}
 
 // Memory the CPU addresses: owned (a vector of bytes) or borrowed (a caller's array).
 class HostBuffer final : public Buffer {
@@ -210,7 +213,9 @@ public:
     Tensor wrap(void* host, int64_t n, Elem e) override {
         return Tensor(std::make_unique<HostBuffer>(host, static_cast<size_t>(n) * elem_bytes(e)), n, e);
     }
-    std::unique_ptr<Stream> stream(const StreamOptions& opt) override { return std::make_unique<CpuStream>(opt); }
+    std::unique_ptr<Stream> stream(const StreamOptions& opt) override {
+        return std::make_unique<CpuStream>(opt);
+    }
 };
 
 }  // namespace

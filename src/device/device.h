@@ -68,7 +68,8 @@ private:
     Elem elem_ = Elem::F32;
 };
 
-// A weight matrix W [out][in] resident on a device, in its file's type or a packed form of it: y = x Wᵀ (+ b).
+// A weight matrix W [out][in] resident on a device, in its file's type or a packed form of it:
+// y = x Wᵀ + b.
 class Matrix {
 public:
     virtual ~Matrix() = default;
@@ -148,13 +149,14 @@ public:
     virtual void gdn_gates(Span b, Span a, int64_t T, int Hv, Span A_log, Span dt_bias) = 0;
     virtual void delta_rule(const DeltaRule& d) = 0;
     // y = rms_norm(x, w) * gate(z), rows of d.
-    virtual void rms_norm_gated(Span x, Span z, int64_t rows, int64_t d, Span w, float eps, ops::NormGate gate,
-                                Span y) = 0;
+    virtual void rms_norm_gated(Span x, Span z, int64_t rows, int64_t d, Span w, float eps,
+                                ops::NormGate gate, Span y) = 0;
     // Splits T rows of nh heads laid out [query hd | gate hd] into q [T][nh*hd] and gate [T][nh*hd].
     virtual void split_query_gate(Span qg, int64_t T, int nh, int hd, Span q, Span gate) = 0;
     // Rotary embedding in place on the first rotary_dim dims of each head: x [T][heads*hd] at row stride ld;
     // cos, sin [T][rotary_dim/2].
-    virtual void rope(Span x, int64_t T, int heads, int hd, int64_t ld, int rotary_dim, Span cos, Span sin) = 0;
+    virtual void rope(Span x, int64_t T, int heads, int hd, int64_t ld, int rotary_dim, Span cos,
+                      Span sin) = 0;
     // dst = src, converting F32 to dst's element type (BF16: round to nearest even).
     virtual void copy(Span src, Span dst) = 0;
     virtual void attention(const Attention& a) = 0;

@@ -104,7 +104,7 @@ struct Backbone::Ctx {
     const BackboneOptions& opt;
     BackboneProfile* prof;
     dev::Stream& s;
-    float eps;          // the RMSNorm epsilon
+    float eps;             // the RMSNorm epsilon
     dev::Tensor cos, sin;  // [T][rotary_dim/2] for this chunk
     // Times a kind of work into the profile (waiting for the device's queue at the end of it).
     struct Scope {
@@ -198,7 +198,8 @@ void Backbone::load_tensor(const TensorSpec& s, const WeightSource& src, ops::Re
         return;
     }
     if (q) throw Error(src.description() + ": tensor " + name + " is held as a quantised matrix");
-    *(s.text == TextWeight::FinalNorm ? &final_norm_ : s.slot.vector(layers_[s.layer])) = device_.vector(t->to_f32());
+    *(s.text == TextWeight::FinalNorm ? &final_norm_ : s.slot.vector(layers_[s.layer])) =
+        device_.vector(t->to_f32());
 }
 
 void Backbone::embed_into(const int32_t* ids, int64_t n, float* out) const {
@@ -351,7 +352,8 @@ void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const
         }
         if (trace) trace->layers[l].input_norm = c.read(xn.span());
         if (L.type == LayerType::LinearAttention)
-            gdn_mixer(L, st.layers[l], xn.span(), T, c, mix.span(), internals ? &trace->layers[l].gdn : nullptr);
+            gdn_mixer(L, st.layers[l], xn.span(), T, c, mix.span(),
+                      internals ? &trace->layers[l].gdn : nullptr);
         else
             attention_mixer(L, st.layers[l], xn.span(), T, c, mix.span(),
                             internals ? &trace->layers[l].attention : nullptr);

@@ -1,5 +1,6 @@
-// The text backbone's weights of one decoder layer, as its loader places them on the device: model/tensors.cpp's
-// text table names each field's tensor and carries its TextSlot, model/backbone.cpp fills them from a checkpoint.
+// The text backbone's weights of one decoder layer, as its loader places them on the device:
+// model/tensors.cpp's text table names each field's tensor and carries its TextSlot, model/backbone.cpp fills
+// them from a checkpoint.
 #pragma once
 
 #include "device/device.h"

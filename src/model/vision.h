@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "device/linear.h"
 #include "io/weight_source.h"
 #include "model/config.h"
-#include "device/linear.h"
 #include "model/tensors.h"
 #include "ops/gemm.h"
 
