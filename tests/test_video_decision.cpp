@@ -365,7 +365,10 @@ TEST(VideoDecision, LiteralVideoPadInTheTextIsRefused) {
 
 TEST(VideoDecision, StateCacheKeysOnTheFrames) {
     // Two requests with the same ids (same sizes, timestamps, state and questions) but other frames: a cache
-    // keyed on the ids alone would resume the first one's state for the second.
+    // keyed on the ids alone would resume the first one's state for the second (answers 1e-4 or more apart).
+    // A cached engine stops its prefill at the snapshot points, so its chunks of the delta rule end elsewhere
+    // than the plain engine's: fp32 rounding in another order, within the 2e-5 of tests/test_state_cache.cpp
+    // (measured up to 1.01e-6 under the ASan build on an AVX2-only CPU).
     const JsonValue& c = video_case("video_four_frames_png");
     JsonValue body = parse_json_or_throw(c.find("request_body")->as_string(), "body");
     JsonValue other = body;
@@ -387,12 +390,12 @@ TEST(VideoDecision, StateCacheKeysOnTheFrames) {
     const Decision fresh = decide(engine(), other);
     EXPECT_EQ(second.prompt.input_ids, first.prompt.input_ids);
     EXPECT_EQ(second.tokens_reused, 0);
-    EXPECT_LE(clef::testing::max_probability_diff(second.probabilities, fresh.probabilities), 1e-6);
+    EXPECT_LE(clef::testing::max_probability_diff(second.probabilities, fresh.probabilities), 2e-5);
     EXPECT_GT(clef::testing::max_probability_diff(second.probabilities, first.probabilities), 1e-4);
     // The same video again resumes its state.
     const Decision again = decide(*cached, other);
     EXPECT_GT(again.tokens_reused, 0);
-    EXPECT_LE(clef::testing::max_probability_diff(again.probabilities, fresh.probabilities), 1e-6);
+    EXPECT_LE(clef::testing::max_probability_diff(again.probabilities, fresh.probabilities), 2e-5);
 }
 
 TEST(VideoDecision, ModelWithoutVisionTowerRefusesVideos) {
