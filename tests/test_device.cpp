@@ -1,4 +1,4 @@
-// The device seam (src/device/device.h): the backbone runs every layer through it. A second backend is
+// The device seam (src/device/device.h): the backbone and the vision tower run every layer through it. A second backend is
 // stood in for by a decorator of the CPU device that counts what crosses the seam: its output must equal the
 // CPU device's bit for bit (the same kernels run), every kernel must come through its stream, and one chunk
 // must move only its inputs in (embeddings, RoPE tables) and its hidden states out: no host round trip per
@@ -14,6 +14,7 @@
 #include "io/safetensors.h"
 #include "model/backbone.h"
 #include "model/config.h"
+#include "model/vision.h"
 #include "test_util.h"
 
 using namespace clef;
@@ -42,6 +43,11 @@ public:
     void rms_norm(dev::Span x, int64_t r, int64_t d, dev::Span w, float eps, bool zc, dev::Span y) override {
         k("rms_norm"), s_->rms_norm(x, r, d, w, eps, zc, y);
     }
+    void layer_norm(dev::Span x, int64_t r, int64_t d, dev::Span w, dev::Span b, float eps,
+                    dev::Span y) override {
+        k("layer_norm"), s_->layer_norm(x, r, d, w, b, eps, y);
+    }
+    void gelu(dev::Span x, int64_t rows, bool tanh) override { k("gelu"), s_->gelu(x, rows, tanh); }
     void add(dev::Span h, dev::Span x) override { k("add"), s_->add(h, x); }
     void silu_mul(dev::Span g, dev::Span u, dev::Span o) override { k("silu_mul"), s_->silu_mul(g, u, o); }
     void sigmoid_mul(dev::Span x, dev::Span g, dev::Span o) override {
@@ -155,5 +161,35 @@ TEST(DeviceSeam, ChunksCarryTheirStateThroughTheDevice) {
         EXPECT_EQ(seam_backbone.forward(prompt, opt), cpu_backbone.forward(prompt, opt)) << kv_bf16;
         EXPECT_EQ(counting.c.streams, 4);  // ceil(53 / 16) chunks, one stream each
         EXPECT_EQ(counting.c.downloads, 4);
+    }
+}
+
+TEST(DeviceSeam, VisionTowerRunsEveryBlockThroughTheSeam) {
+    const Checkpoint ckpt = Checkpoint::open(data_path("tiny-clef/model.safetensors"));
+    const VisionConfig vc = *load_model_config(data_path("tiny-clef/config.json")).vision;
+    CountingDevice counting;
+    const int depth = vc.depth;
+    // Two frames of 4 x 4 patches (2 x 2 merge blocks each), any pixel values.
+    const int gt = 2, gh = 4, gw = 4;
+    for (bool reference : {false, true}) {
+        counting.c = {};
+        const VisionTower cpu_tower(vc, ckpt, kVisionPrefix, reference);
+        const VisionTower seam_tower(vc, ckpt, kVisionPrefix, reference, counting);
+        EXPECT_EQ(counting.c.matrices, 1 + 4 * depth + 2);  // patch embedding, 4 per block, the merger's 2
+        EXPECT_EQ(counting.c.vectors, 2 * (2 * depth + 1));  // LayerNorm weights and biases
+        std::vector<float> pixels(static_cast<size_t>(gt * gh * gw * seam_tower.patch_dim()));
+        for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>((i * 37 % 101) / 50.0 - 1.0);
+        counting.c = {};
+        EXPECT_EQ(seam_tower.forward(pixels.data(), gt, gh, gw), cpu_tower.forward(pixels.data(), gt, gh, gw))
+            << reference;
+        // One stream: the pixels, the position grid and the two rotary tables in, the merged rows out.
+        EXPECT_EQ(counting.c.streams, 1);
+        EXPECT_EQ(counting.c.uploads, 4);
+        EXPECT_EQ(counting.c.downloads, 1);
+        EXPECT_EQ(counting.c.kernels["linear"], 1 + 4 * depth + 2);
+        EXPECT_EQ(counting.c.kernels["attention"], depth * gt);  // per block and frame
+        EXPECT_EQ(counting.c.kernels["layer_norm"], 2 * depth + 1);
+        EXPECT_EQ(counting.c.kernels["gelu"], depth + 1);
+        EXPECT_EQ(counting.c.kernels["rope"], depth);
     }
 }

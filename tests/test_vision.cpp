@@ -16,6 +16,7 @@
 #include "image/source.h"
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "device/linear.h"
 #include "model/vision.h"
 #include "support/sha256.h"
 #include "test_util.h"

@@ -9,6 +9,7 @@
 #include "device/linear.h"
 #include "ops/attention_fast.h"
 #include "ops/conv.h"
+#include "ops/cpu.h"
 #include "ops/delta_rule.h"
 #include "ops/rope.h"
 #include "util/error.h"
@@ -41,10 +42,23 @@ Tensor host_tensor(int64_t n, Elem e) {
                   n, e);
 }
 
-// The scalar oracle of attention over the cache (ops::attention), query i of the chunk seeing rows
-// 0 .. p0 + i; a bf16 cache is widened first.
+// f(r0, r1) over `rows` rows of `width` elements: on the fast path in row blocks on the kernel threads (each
+// row computed exactly as in one call, so results do not depend on the thread count), else in one call.
+template <class F>
+void row_blocks(bool fast, int64_t rows, int64_t width, const F& f) {
+    constexpr int64_t kParallelElems = 1 << 15;  // below this the work stays on one thread
+    if (!fast || rows * width < kParallelElems || ops::num_threads() <= 1) {
+        f(int64_t{0}, rows);
+        return;
+    }
+    const int64_t blocks = std::min<int64_t>(rows, 8 * ops::num_threads());
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) f(rows * b / blocks, rows * (b + 1) / blocks);
+}
+
+// The scalar oracle of attention (ops::attention): causal over a cache, query i of the chunk seeing rows
+// 0 .. p0 + i, or bidirectional over all kv rows; a bf16 cache is widened first.
 void reference_attention(const Attention& a) {
-    const int64_t qdim = int64_t{a.nh} * a.hd, kvdim = int64_t{a.nkv} * a.hd;
     std::vector<float> kw, vw;
     const float *k = a.k.f32(), *v = a.v.f32();
     if (a.k.elem == Elem::BF16) {
@@ -57,13 +71,14 @@ void reference_attention(const Attention& a) {
     }
     const float* q = a.q.f32();
     float* out = a.out.f32();
-    if (a.p0 == 0) {
-        ops::attention(q, qdim, k, kvdim, v, kvdim, a.T, a.T, a.nh, a.nkv, a.hd, a.scale, true, out, qdim);
+    if (!a.causal || a.p0 == 0) {
+        ops::attention(q, a.qs(), k, a.ks(), v, a.vs(), a.T, a.keys(), a.nh, a.nkv, a.hd, a.scale, a.causal,
+                       out, a.os());
         return;
     }
     for (int64_t i = 0; i < a.T; ++i)
-        ops::attention(q + i * qdim, qdim, k, kvdim, v, kvdim, 1, a.p0 + i + 1, a.nh, a.nkv, a.hd, a.scale,
-                       false, out + i * qdim, qdim);
+        ops::attention(q + i * a.qs(), a.qs(), k, a.ks(), v, a.vs(), 1, a.p0 + i + 1, a.nh, a.nkv, a.hd,
+                       a.scale, false, out + i * a.os(), a.os());
 }
 
 class CpuStream final : public Stream {
@@ -87,7 +102,31 @@ public:
                           : (opt_.reference ? ops::rms_norm : ops::rms_norm_fast);
         f(x.f32(), rows, d, w.f32(), eps, y.f32());
     }
-    void add(Span h, Span x) override { ops::add_inplace(h.f32(), x.f32(), static_cast<size_t>(h.n)); }
+    void layer_norm(Span x, int64_t rows, int64_t d, Span w, Span b, float eps, Span y) override {
+        (opt_.reference ? ops::layer_norm : ops::layer_norm_fast)(x.f32(), rows, d, w.f32(), b.f32(), eps,
+                                                                  y.f32());
+    }
+    void gelu(Span x, int64_t rows, bool tanh) override {
+        const int64_t width = rows > 0 ? x.n / rows : 0;
+        float* p = x.f32();
+        row_blocks(!opt_.reference, rows, width, [&](int64_t r0, int64_t r1) {
+            const int64_t n = (r1 - r0) * width;
+            if (!tanh)
+                ops::gelu_erf_inplace(p + r0 * width, n);
+            else if (!opt_.reference)
+                ops::gelu_tanh_inplace_fast(p + r0 * width, n);
+            else
+                ops::gelu_tanh_inplace(p + r0 * width, n);
+        });
+    }
+    void add(Span h, Span x) override {
+        constexpr int64_t kRow = 1024;  // elements per block on the kernel threads
+        float *hp = h.f32(), *xp = x.f32();
+        row_blocks(!opt_.reference, (h.n + kRow - 1) / kRow, kRow, [&](int64_t b0, int64_t b1) {
+            const int64_t e = std::min(h.n, b1 * kRow);
+            ops::add_inplace(hp + b0 * kRow, xp + b0 * kRow, static_cast<size_t>(e - b0 * kRow));
+        });
+    }
     void silu_mul(Span gate, Span up, Span out) override {
         (opt_.reference ? ops::silu_mul : ops::silu_mul_fast)(gate.f32(), up.f32(), out.n, out.f32());
     }
@@ -134,7 +173,11 @@ public:
             }
     }
     void rope(Span x, int64_t T, int heads, int hd, int64_t ld, int rotary_dim, Span cos, Span sin) override {
-        ops::rope_apply(x.f32(), T, heads, hd, ld, rotary_dim, cos.f32(), sin.f32());
+        const int64_t half = rotary_dim / 2;
+        row_blocks(!opt_.reference, T, int64_t{heads} * hd, [&](int64_t r0, int64_t r1) {
+            ops::rope_apply(x.f32() + r0 * ld, r1 - r0, heads, hd, ld, rotary_dim, cos.f32() + r0 * half,
+                            sin.f32() + r0 * half);
+        });
     }
     void copy(Span src, Span dst) override {
         if (dst.elem == Elem::F32) {
@@ -182,13 +225,12 @@ void CpuStream::delta_rule(const DeltaRule& r) {
 
 void CpuStream::attention(const Attention& a) {
     if (opt_.reference) return reference_attention(a);
-    const int64_t qdim = int64_t{a.nh} * a.hd, kvdim = int64_t{a.nkv} * a.hd;
     if (a.k.elem == Elem::BF16)
-        ops::attention_fast(a.q.f32(), qdim, a.k.u16(), kvdim, a.v.u16(), kvdim, a.T, a.p0 + a.T, a.nh, a.nkv,
-                            a.hd, a.scale, true, a.out.f32(), qdim, opt_.precision);
+        ops::attention_fast(a.q.f32(), a.qs(), a.k.u16(), a.ks(), a.v.u16(), a.vs(), a.T, a.keys(), a.nh, a.nkv,
+                            a.hd, a.scale, a.causal, a.out.f32(), a.os(), opt_.precision);
     else
-        ops::attention_fast(a.q.f32(), qdim, a.k.f32(), kvdim, a.v.f32(), kvdim, a.T, a.p0 + a.T, a.nh, a.nkv,
-                            a.hd, a.scale, true, a.out.f32(), qdim, opt_.precision);
+        ops::attention_fast(a.q.f32(), a.qs(), a.k.f32(), a.ks(), a.v.f32(), a.vs(), a.T, a.keys(), a.nh, a.nkv,
+                            a.hd, a.scale, a.causal, a.out.f32(), a.os(), opt_.precision);
 }
 
 class CpuDevice final : public Device {
@@ -201,14 +243,17 @@ public:
         return t;
     }
     std::unique_ptr<Matrix> matrix(const MatrixSource& s) override {
+        const LinearPath path = s.paths == Paths::Fast        ? LinearPath::Fast
+                                : s.paths == Paths::Reference ? LinearPath::Reference
+                                                              : LinearPath::Both;
         if (s.quant) {
             const GgmlType ty = s.quant->type;
             const bool block = ty != GgmlType::F32 && ty != GgmlType::F16 && ty != GgmlType::BF16;
-            return std::make_unique<Linear>(*s.quant, LinearPath::Both,
-                                            block ? s.quant_residency : ops::Residency::Packed);
+            return std::make_unique<Linear>(*s.quant, path, block ? s.quant_residency : ops::Residency::Packed,
+                                            s.bias);
         }
         if (!s.tensor) throw Error("device: a matrix needs a tensor or a quantised matrix");
-        return std::make_unique<Linear>(*s.tensor, LinearPath::Both);
+        return std::make_unique<Linear>(*s.tensor, path, s.bias);
     }
     Tensor wrap(void* host, int64_t n, Elem e) override {
         return Tensor(std::make_unique<HostBuffer>(host, static_cast<size_t>(n) * elem_bytes(e)), n, e);

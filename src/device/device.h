@@ -81,12 +81,19 @@ public:
     virtual bool streamed() const = 0;
 };
 
+// Which of a CPU stream's two paths (StreamOptions::reference) will run a matrix: a model part loaded for one
+// path keeps only that path's weights and need not keep its source alive; Both reads BF16 reference rows from
+// the mapped source in place (the source outlives the matrix). Other devices have one path and ignore it.
+enum class Paths : uint8_t { Both, Fast, Reference };
+
 // Where a matrix's weights come from: a checkpoint tensor in its dtype, or a quantised matrix of a GGUF file
-// (quant_residency: ops::Residency, how the block-quantised kinds are held).
+// (quant_residency: ops::Residency, how the block-quantised kinds are held); bias [out] or empty.
 struct MatrixSource {
     const TensorView* tensor = nullptr;
     const QuantMatrix* quant = nullptr;
     ops::Residency quant_residency = ops::Residency::Streamed;
+    std::vector<float> bias;
+    Paths paths = Paths::Both;
 };
 
 // How a stream computes.
@@ -106,13 +113,23 @@ struct DeltaRule {
     bool chunked = true;  // 64-token chunked (WY) form, else token-serial
 };
 
-// Causal attention of T query rows against a K/V cache: query i of the chunk sees cache rows
-// [0, p0 + i] (p0 rows precede the chunk). q and out [T][nh*hd], k and v [p0+T][nkv*hd] (F32 or BF16).
+// Attention of T query rows over key/value rows. Causal (the backbone's, against its K/V cache): query i of
+// the chunk sees rows [0, p0 + i] (p0 rows precede the chunk). Bidirectional (causal = false: the vision
+// tower within a frame, the joint head over its memory): every query sees all kv rows (0: p0 + T).
+// q and out [T][nh*hd], k and v [rows][nkv*hd] (F32 or BF16), each at its row stride (0: packed).
 struct Attention {
     int64_t T = 0, p0 = 0;
     int nh = 0, nkv = 0, hd = 0;
     float scale = 1;
     Span q, k, v, out;
+    bool causal = true;
+    int64_t kv = 0;
+    int64_t q_ld = 0, k_ld = 0, v_ld = 0, out_ld = 0;
+    int64_t keys() const { return kv > 0 ? kv : p0 + T; }
+    int64_t qs() const { return q_ld > 0 ? q_ld : int64_t{nh} * hd; }
+    int64_t ks() const { return k_ld > 0 ? k_ld : int64_t{nkv} * hd; }
+    int64_t vs() const { return v_ld > 0 ? v_ld : int64_t{nkv} * hd; }
+    int64_t os() const { return out_ld > 0 ? out_ld : int64_t{nh} * hd; }
 };
 
 class Stream {
@@ -132,6 +149,10 @@ public:
     virtual void linear(const Matrix& w, Span x, int64_t m, Span y) = 0;
     // RMSNorm of `rows` rows of d: y = x / rms(x) * (1 + w) (zero_centred, Qwen3.5's) or * w. y may alias x.
     virtual void rms_norm(Span x, int64_t rows, int64_t d, Span w, float eps, bool zero_centred, Span y) = 0;
+    // torch.nn.LayerNorm of `rows` rows of d with affine w and b (the vision tower's, the joint head's).
+    virtual void layer_norm(Span x, int64_t rows, int64_t d, Span w, Span b, float eps, Span y) = 0;
+    // GELU in place over `rows` rows of x: exact (erf) or the tanh approximation.
+    virtual void gelu(Span x, int64_t rows, bool tanh) = 0;
     // h += x.
     virtual void add(Span h, Span x) = 0;
     // out = silu(gate) * up; out may alias gate or up.
@@ -170,7 +191,7 @@ public:
     virtual bool is_cpu() const = 0;
     // A weight vector (norms, biases, decays), copied to the device.
     virtual Tensor vector(std::vector<float> v) = 0;
-    // A weight matrix. Both: the reference path of a CPU stream can run it too.
+    // A weight matrix (src.paths: which paths of a CPU stream can run it).
     virtual std::unique_ptr<Matrix> matrix(const MatrixSource& src) = 0;
     // A host array as a span of this device for the duration of a run: the CPU device's is the array itself;
     // a GPU's is a copy that the stream's sync() writes back.

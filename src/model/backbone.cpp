@@ -193,7 +193,7 @@ void Backbone::load_tensor(const TensorSpec& s, const WeightSource& src, ops::Re
         return;
     }
     if (s.matrix) {
-        linears_.push_back(device_.matrix({t, q, quant_residency}));
+        linears_.push_back(device_.matrix({t, q, quant_residency, {}, dev::Paths::Both}));
         *s.slot.linear(layers_[s.layer]) = linears_.back().get();
         return;
     }

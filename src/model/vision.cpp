@@ -3,14 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <utility>
 
 #include "io/model_dir.h"
 #include "model/tensors.h"
-#include "ops/attention_fast.h"
-#include "ops/basic.h"
-#include "ops/cpu.h"
-#include "ops/gemm.h"
-#include "ops/rope.h"
 #include "util/error.h"
 #include "util/text.h"
 
@@ -20,8 +17,7 @@ namespace {
 
 constexpr float kNormEps = 1e-6f;            // every vision LayerNorm (blocks and merger)
 constexpr double kRopeTheta = 10000.0;       // VisionRotaryEmbedding's default; not in vision_config
-constexpr int64_t kMlpRowChunk = 2048;       // rows per MLP slice (bounds the [rows][intermediate] buffer)
-constexpr int64_t kParallelElems = 1 << 15;  // elementwise work below which the fast path stays on one thread
+constexpr int64_t kMlpRowChunk = 2048;  // rows per MLP slice (bounds the [rows][intermediate] buffer)
 
 const TensorView& checked(const WeightSource& ckpt, const std::string& name,
                           const std::vector<int64_t>& shape) {
@@ -42,23 +38,14 @@ std::vector<float> load(const WeightSource& ckpt, const ModuleRef& m) {
     return load(ckpt, m.weight, m.shape);
 }
 
-// The projection m (its weight viewed as [out][in], and its bias [out]) on the tower's path.
-Linear load_linear(const WeightSource& ckpt, const ModuleRef& m, bool reference) {
-    const TensorView& w = checked(ckpt, m.weight, m.shape);  // checked before the bias
-    return Linear(w, reference ? LinearPath::Reference : LinearPath::Fast, load(ckpt, m.bias, {m.shape[0]}));
-}
-
-// f(r0, r1) over `rows` rows of `width` elements: on the fast path in row blocks on the kernel threads (every
-// row computed exactly as in one call, so the result does not depend on the thread count), else in one call.
-template <class F>
-void for_row_blocks(bool fast, int64_t rows, int64_t width, const F& f) {
-    if (!fast || rows * width < kParallelElems || ops::num_threads() <= 1) {
-        f(int64_t{0}, rows);
-        return;
-    }
-    const int64_t blocks = std::min<int64_t>(rows, 8 * ops::num_threads());
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) f(rows * b / blocks, rows * (b + 1) / blocks);
+// The projection m (its weight viewed as [out][in], and its bias [out]) on the device, for the tower's path.
+std::unique_ptr<dev::Matrix> load_linear(dev::Device& device, const WeightSource& ckpt, const ModuleRef& m,
+                                         bool reference) {
+    dev::MatrixSource src;
+    src.tensor = &checked(ckpt, m.weight, m.shape);  // checked before the bias
+    src.bias = load(ckpt, m.bias, {m.shape[0]});
+    src.paths = reference ? dev::Paths::Reference : dev::Paths::Fast;
+    return device.matrix(src);
 }
 
 }  // namespace
@@ -86,8 +73,8 @@ bool VisionTower::in_model_dir(const std::string& model_dir) {
 }
 
 VisionTower::VisionTower(const VisionConfig& cfg, const WeightSource& ckpt, const std::string& prefix,
-                         bool reference)
-    : cfg_(cfg), reference_(reference) {
+                         bool reference, dev::Device& device)
+    : cfg_(cfg), reference_(reference), dev_(&device) {
     auto fail = [](const std::string& what) { throw Error("vision config: " + what); };
     if (cfg.depth <= 0 || cfg.hidden_size <= 0 || cfg.num_heads <= 0 || cfg.intermediate_size <= 0 ||
         cfg.out_hidden_size <= 0 || cfg.patch_size <= 0 || cfg.temporal_patch_size <= 0 ||
@@ -112,25 +99,25 @@ VisionTower::VisionTower(const VisionConfig& cfg, const WeightSource& ckpt, cons
 void VisionTower::load_weights(const WeightSource& ckpt, const std::string& prefix) {
     using M = VisionModule;
     const ModuleIndex m = vision_modules(cfg_, prefix);
-    patch_embed_ = load_linear(ckpt, m.at(M::PatchEmbed), reference_);
+    patch_embed_ = load_linear(*dev_, ckpt, m.at(M::PatchEmbed), reference_);
     pos_embed_ = load(ckpt, m.at(M::PosEmbed));
     blocks_.resize(static_cast<size_t>(cfg_.depth));
     for (int l = 0; l < cfg_.depth; ++l) {
         Block& b = blocks_[static_cast<size_t>(l)];
         b.norm1 = load_norm(ckpt, m.at(M::Norm1, l));
         b.norm2 = load_norm(ckpt, m.at(M::Norm2, l));
-        b.qkv = load_linear(ckpt, m.at(M::Qkv, l), reference_);
-        b.proj = load_linear(ckpt, m.at(M::Proj, l), reference_);
-        b.fc1 = load_linear(ckpt, m.at(M::Fc1, l), reference_);
-        b.fc2 = load_linear(ckpt, m.at(M::Fc2, l), reference_);
+        b.qkv = load_linear(*dev_, ckpt, m.at(M::Qkv, l), reference_);
+        b.proj = load_linear(*dev_, ckpt, m.at(M::Proj, l), reference_);
+        b.fc1 = load_linear(*dev_, ckpt, m.at(M::Fc1, l), reference_);
+        b.fc2 = load_linear(*dev_, ckpt, m.at(M::Fc2, l), reference_);
     }
     merger_norm_ = load_norm(ckpt, m.at(M::MergerNorm));
-    merger_fc1_ = load_linear(ckpt, m.at(M::MergerFc1), reference_);
-    merger_fc2_ = load_linear(ckpt, m.at(M::MergerFc2), reference_);
+    merger_fc1_ = load_linear(*dev_, ckpt, m.at(M::MergerFc1), reference_);
+    merger_fc2_ = load_linear(*dev_, ckpt, m.at(M::MergerFc2), reference_);
 }
 
-VisionTower::LayerNormW VisionTower::load_norm(const WeightSource& ckpt, const ModuleRef& m) {
-    return {load(ckpt, m), load(ckpt, m.bias, m.shape)};
+VisionTower::Norm VisionTower::load_norm(const WeightSource& ckpt, const ModuleRef& m) const {
+    return {dev_->vector(load(ckpt, m)), dev_->vector(load(ckpt, m.bias, m.shape))};
 }
 
 // The patch grid of one image: each patch's row and column in merge-block order (the same for every frame).
@@ -157,15 +144,24 @@ VisionTower::Grid VisionTower::patch_grid(int grid_t, int grid_h, int grid_w) co
     return g;
 }
 
-void VisionTower::add_rows(float* acc, const float* y, int64_t rows) const {
-    const int64_t H = cfg_.hidden_size;
-    for_row_blocks(!reference_, rows, H, [&](int64_t r0, int64_t r1) {
-        ops::add_inplace(acc + r0 * H, y + r0 * H, static_cast<size_t>((r1 - r0) * H));
-    });
-}
+// One forward pass: its stream, the patch grid, the activations on the device, the trace being filled.
+struct VisionTower::Run {
+    dev::Stream& s;
+    const Grid& g;
+    VisionTrace* trace;
+    dev::Tensor x, xn, qkv, attn, tmp, mid;  // [N][H], [N][H], [N][3H], [N][H], [N][H], [rows][I]
+    dev::Tensor cos, sin;                    // the rotary tables [N][head_dim/2]
+    std::vector<float> read(dev::Span sp) const {
+        std::vector<float> v(static_cast<size_t>(sp.n));
+        s.download(v.data(), sp);
+        return v;
+    }
+};
 
-// The learned position grid interpolated bilinearly (align_corners) to the image's patch grid, added to x.
-void VisionTower::add_position_embedding(const Grid& g, float* x, VisionTrace* trace) const {
+// The learned position grid interpolated bilinearly (align_corners) to the image's patch grid (on the host,
+// as the rotary tables: it depends on the grid only), added to every frame's rows.
+void VisionTower::add_position_embedding(Run& r) const {
+    const Grid& g = r.g;
     const int S = grid_side_;
     const int64_t H = cfg_.hidden_size;
     auto axis = [S](int i, int n, int& lo, int& hi, double& frac) {
@@ -190,20 +186,21 @@ void VisionTower::add_position_embedding(const Grid& g, float* x, VisionTrace* t
         }
         for (int64_t d = 0; d < H; ++d) pos[p * H + d] = static_cast<float>(acc[d]);
     }
-    for (int64_t t = 0; t < g.t; ++t) ops::add_inplace(x + t * g.frame * H, pos.data(), pos.size());
-    if (!trace) return;
-    trace->pos_embed.clear();
-    for (int64_t t = 0; t < g.t; ++t) trace->pos_embed.insert(trace->pos_embed.end(), pos.begin(), pos.end());
-    trace->embeddings.assign(x, x + g.N * H);
+    dev::Tensor grid = r.s.scratch(g.frame * H);
+    r.s.upload(grid.span(), pos.data());
+    for (int64_t t = 0; t < g.t; ++t) r.s.add(r.x.at(t * g.frame * H, g.frame * H), grid.span());
+    if (!r.trace) return;
+    r.trace->pos_embed.clear();
+    for (int64_t t = 0; t < g.t; ++t) r.trace->pos_embed.insert(r.trace->pos_embed.end(), pos.begin(), pos.end());
+    r.trace->embeddings = r.read(r.x.span());
 }
 
 // 2-D rotary tables [N][head_dim/2]: frequency i < head_dim/4 turns with the patch row, the next head_dim/4
 // with the column (angles in double, as the reference's float64 grid).
-void VisionTower::rotary_tables(const Grid& g, std::vector<float>& cos_t, std::vector<float>& sin_t,
-                                VisionTrace* trace) const {
+void VisionTower::rotary_tables(Run& r) const {
+    const Grid& g = r.g;
     const int64_t hd = head_dim_, half = hd / 2, quarter = hd / 4;
-    cos_t.resize(static_cast<size_t>(g.N * half));
-    sin_t.resize(static_cast<size_t>(g.N * half));
+    std::vector<float> cos_t(static_cast<size_t>(g.N * half)), sin_t(static_cast<size_t>(g.N * half));
     std::vector<double> inv(static_cast<size_t>(quarter));
     for (int64_t i = 0; i < quarter; ++i)
         inv[i] = std::pow(kRopeTheta, -2.0 * static_cast<double>(i) / static_cast<double>(half));
@@ -215,129 +212,127 @@ void VisionTower::rotary_tables(const Grid& g, std::vector<float>& cos_t, std::v
             sin_t[n * half + i] = static_cast<float>(std::sin(ang));
         }
     }
-    if (!trace) return;
-    trace->rotary_row_col.resize(static_cast<size_t>(g.N * 2));
-    trace->rotary_cos.resize(static_cast<size_t>(g.N * hd));
-    trace->rotary_sin.resize(static_cast<size_t>(g.N * hd));
+    r.cos = r.s.scratch(g.N * half);
+    r.sin = r.s.scratch(g.N * half);
+    r.s.upload(r.cos.span(), cos_t.data());
+    r.s.upload(r.sin.span(), sin_t.data());
+    if (!r.trace) return;
+    VisionTrace& tr = *r.trace;
+    tr.rotary_row_col.resize(static_cast<size_t>(g.N * 2));
+    tr.rotary_cos.resize(static_cast<size_t>(g.N * hd));
+    tr.rotary_sin.resize(static_cast<size_t>(g.N * hd));
     for (int64_t n = 0; n < g.N; ++n) {
-        trace->rotary_row_col[n * 2] = g.rows[n % g.frame];
-        trace->rotary_row_col[n * 2 + 1] = g.cols[n % g.frame];
+        tr.rotary_row_col[n * 2] = g.rows[n % g.frame];
+        tr.rotary_row_col[n * 2 + 1] = g.cols[n % g.frame];
         for (int64_t i = 0; i < hd; ++i) {
-            trace->rotary_cos[n * hd + i] = cos_t[n * half + i % half];
-            trace->rotary_sin[n * hd + i] = sin_t[n * half + i % half];
+            tr.rotary_cos[n * hd + i] = cos_t[n * half + i % half];
+            tr.rotary_sin[n * hd + i] = sin_t[n * half + i % half];
         }
     }
 }
 
 // x += proj(attn(rope2d(qkv(LN1(x))))): bidirectional attention within each frame.
-void VisionTower::attention_block(const Block& b, const Grid& g, float* x, BlockScratch& s,
-                                  VisionTrace::Block* tb) const {
-    const int64_t H = cfg_.hidden_size, hd = head_dim_, heads = cfg_.num_heads, N = g.N, half = hd / 2;
-    const size_t NH = static_cast<size_t>(N * H);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    b.norm1.forward(x, N, s.xn.data(), kNormEps);
-    b.qkv.forward(s.xn.data(), N, s.qkv.data());
+void VisionTower::attention_block(const Block& b, Run& r, VisionTrace::Block* tb) const {
+    const Grid& g = r.g;
+    dev::Stream& s = r.s;
+    const int64_t H = cfg_.hidden_size, N = g.N, F = g.frame;
+    const int heads = cfg_.num_heads;
+    s.layer_norm(r.x.span(), N, H, b.norm1.w.span(), b.norm1.b.span(), kNormEps, r.xn.span());
+    s.linear(*b.qkv, r.xn.span(), N, r.qkv.span());
     // q and k rotate in place inside the packed [q | k | v] rows (2·heads adjacent heads of hd per row).
-    for_row_blocks(!reference_, N, 2 * H, [&](int64_t r0, int64_t r1) {
-        ops::rope_apply(s.qkv.data() + r0 * 3 * H, r1 - r0, static_cast<int>(2 * heads), static_cast<int>(hd),
-                        3 * H, static_cast<int>(hd), s.cos.data() + r0 * half, s.sin.data() + r0 * half);
-    });
+    s.rope(r.qkv.span(), N, 2 * heads, head_dim_, 3 * H, head_dim_, r.cos.span(), r.sin.span());
     for (int64_t t = 0; t < g.t; ++t) {
-        const float* base = s.qkv.data() + t * g.frame * 3 * H;
-        float* out = s.attn.data() + t * g.frame * H;
-        const int nh = static_cast<int>(heads), d = static_cast<int>(hd);
-        if (reference_)
-            ops::attention(base, 3 * H, base + H, 3 * H, base + 2 * H, 3 * H, g.frame, g.frame, nh, nh, d,
-                           scale, false, out, H);
-        else
-            ops::attention_fast(base, 3 * H, base + H, 3 * H, base + 2 * H, 3 * H, g.frame, g.frame, nh, nh,
-                                d, scale, false, out, H);
+        const dev::Span rows = r.qkv.at(t * F * 3 * H, F * 3 * H);
+        dev::Attention a;
+        a.T = F, a.kv = F, a.causal = false;
+        a.nh = a.nkv = heads, a.hd = head_dim_;
+        a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim_));
+        a.q = rows, a.k = rows.at(H, F * 3 * H - H), a.v = rows.at(2 * H, F * 3 * H - 2 * H);
+        a.q_ld = a.k_ld = a.v_ld = 3 * H;
+        a.out = r.attn.at(t * F * H, F * H), a.out_ld = H;
+        s.attention(a);
     }
-    b.proj.forward(s.attn.data(), N, s.tmp.data());
+    s.linear(*b.proj, r.attn.span(), N, r.tmp.span());
     if (tb) {
-        tb->norm1 = s.xn;
-        tb->q_rope.resize(NH);
-        tb->k_rope.resize(NH);
-        tb->v.resize(NH);
-        for (int64_t n = 0; n < N; ++n) {
-            std::copy_n(s.qkv.data() + n * 3 * H, H, tb->q_rope.data() + n * H);
-            std::copy_n(s.qkv.data() + n * 3 * H + H, H, tb->k_rope.data() + n * H);
-            std::copy_n(s.qkv.data() + n * 3 * H + 2 * H, H, tb->v.data() + n * H);
+        tb->norm1 = r.read(r.xn.span());
+        const std::vector<float> qkv = r.read(r.qkv.span());
+        for (auto [dst, col] : {std::pair{&tb->q_rope, 0}, std::pair{&tb->k_rope, 1}, std::pair{&tb->v, 2}}) {
+            dst->resize(static_cast<size_t>(N * H));
+            for (int64_t n = 0; n < N; ++n) std::copy_n(qkv.data() + n * 3 * H + col * H, H, dst->data() + n * H);
         }
-        tb->attn = s.attn;
-        tb->attn_out = s.tmp;
+        tb->attn = r.read(r.attn.span());
+        tb->attn_out = r.read(r.tmp.span());
     }
-    add_rows(x, s.tmp.data(), N);
+    s.add(r.x.span(), r.tmp.span());
 }
 
 // x += fc2(act(fc1(LN2(x)))), in slices of kMlpRowChunk rows.
-void VisionTower::mlp_block(const Block& b, int64_t N, float* x, BlockScratch& s,
-                            VisionTrace::Block* tb) const {
-    const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
-    b.norm2.forward(x, N, s.xn.data(), kNormEps);
+void VisionTower::mlp_block(const Block& b, Run& r, VisionTrace::Block* tb) const {
+    dev::Stream& s = r.s;
+    const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, N = r.g.N;
+    s.layer_norm(r.x.span(), N, H, b.norm2.w.span(), b.norm2.b.span(), kNormEps, r.xn.span());
     for (int64_t r0 = 0; r0 < N; r0 += kMlpRowChunk) {
         const int64_t rn = std::min(kMlpRowChunk, N - r0);
-        b.fc1.forward(s.xn.data() + r0 * H, rn, s.mid.data());
-        for_row_blocks(!reference_, rn, I, [&](int64_t i0, int64_t i1) {
-            float* p = s.mid.data() + i0 * I;
-            const int64_t n = (i1 - i0) * I;
-            if (!act_tanh_)
-                ops::gelu_erf_inplace(p, n);
-            else if (!reference_)
-                ops::gelu_tanh_inplace_fast(p, n);
-            else
-                ops::gelu_tanh_inplace(p, n);
-        });
-        b.fc2.forward(s.mid.data(), rn, s.tmp.data() + r0 * H);
+        const dev::Span mid = r.mid.at(0, rn * I);
+        s.linear(*b.fc1, r.xn.at(r0 * H, rn * H), rn, mid);
+        s.gelu(mid, rn, act_tanh_);
+        s.linear(*b.fc2, mid, rn, r.tmp.at(r0 * H, rn * H));
     }
-    add_rows(x, s.tmp.data(), N);
+    s.add(r.x.span(), r.tmp.span());
     if (tb) {
-        tb->norm2 = s.xn;
-        tb->mlp_out = s.tmp;
-        tb->block_out.assign(x, x + N * H);
+        tb->norm2 = r.read(r.xn.span());
+        tb->mlp_out = r.read(r.tmp.span());
+        tb->block_out = r.read(r.x.span());
     }
 }
 
 // LayerNorm per patch, m x m consecutive rows concatenated, fc1, exact GELU, fc2.
-std::vector<float> VisionTower::merge(const float* x, int64_t N, BlockScratch& s, VisionTrace* trace) const {
+std::vector<float> VisionTower::merge(Run& r) const {
+    dev::Stream& s = r.s;
     const int64_t H = cfg_.hidden_size, M2 = int64_t{cfg_.spatial_merge_size} * cfg_.spatial_merge_size;
-    const int64_t T = N / M2;
-    merger_norm_.forward(x, N, s.xn.data(), kNormEps);
-    std::vector<float> h1(static_cast<size_t>(T * M2 * H));
-    merger_fc1_.forward(s.xn.data(), T, h1.data());  // xn viewed as [T][M2·H]
-    if (trace) trace->merger_norm = trace->merger_in = s.xn;
-    for_row_blocks(!reference_, T, M2 * H, [&](int64_t r0, int64_t r1) {
-        ops::gelu_erf_inplace(h1.data() + r0 * M2 * H, (r1 - r0) * M2 * H);
-    });
-    if (trace) trace->merger_fc1_gelu = h1;
-    std::vector<float> out(static_cast<size_t>(T * cfg_.out_hidden_size));
-    merger_fc2_.forward(h1.data(), T, out.data());
-    if (trace) trace->merged = out;
+    const int64_t N = r.g.N, T = N / M2;
+    s.layer_norm(r.x.span(), N, H, merger_norm_.w.span(), merger_norm_.b.span(), kNormEps, r.xn.span());
+    dev::Tensor h1 = s.scratch(T * M2 * H), merged = s.scratch(T * cfg_.out_hidden_size);
+    s.linear(*merger_fc1_, r.xn.span(), T, h1.span());  // xn viewed as [T][M2·H]
+    if (r.trace) r.trace->merger_norm = r.trace->merger_in = r.read(r.xn.span());
+    s.gelu(h1.span(), T, false);
+    if (r.trace) r.trace->merger_fc1_gelu = r.read(h1.span());
+    s.linear(*merger_fc2_, h1.span(), T, merged.span());
+    std::vector<float> out = r.read(merged.span());
+    if (r.trace) r.trace->merged = out;
     return out;
 }
 
+// Through one stream of the tower's device (device/device.h): the pixels and the grid's tables in, the merged
+// rows out.
 std::vector<float> VisionTower::forward(const float* pixel_values, int grid_t, int grid_h, int grid_w,
                                         VisionTrace* trace) const {
     const Grid g = patch_grid(grid_t, grid_h, grid_w);
     const int64_t H = cfg_.hidden_size, N = g.N;
-    std::vector<float> x(static_cast<size_t>(N * H));
-    patch_embed_.forward(pixel_values, N, x.data());
-    if (trace) trace->patch_embed = x;
-    add_position_embedding(g, x.data(), trace);
-    BlockScratch s;
-    rotary_tables(g, s.cos, s.sin, trace);
-    s.xn.resize(x.size());
-    s.attn.resize(x.size());
-    s.tmp.resize(x.size());
-    s.qkv.resize(static_cast<size_t>(N * 3 * H));
-    s.mid.resize(static_cast<size_t>(std::min<int64_t>(N, kMlpRowChunk) * cfg_.intermediate_size));
+    const std::unique_ptr<dev::Stream> stream = dev_->stream({reference_, ops::Precision::Exact});
+    Run r{*stream, g, trace, {}, {}, {}, {}, {}, {}, {}, {}};
+    dev::Stream& s = r.s;
+    r.x = s.scratch(N * H);
+    {
+        dev::Tensor px = s.scratch(N * patch_dim());
+        s.upload(px.span(), pixel_values);
+        s.linear(*patch_embed_, px.span(), N, r.x.span());
+    }
+    if (trace) trace->patch_embed = r.read(r.x.span());
+    add_position_embedding(r);
+    rotary_tables(r);
+    r.xn = s.scratch(N * H);
+    r.attn = s.scratch(N * H);
+    r.tmp = s.scratch(N * H);
+    r.qkv = s.scratch(N * 3 * H);
+    r.mid = s.scratch(std::min<int64_t>(N, kMlpRowChunk) * cfg_.intermediate_size);
     if (trace) trace->blocks.assign(blocks_.size(), {});
     for (size_t l = 0; l < blocks_.size(); ++l) {
         VisionTrace::Block* tb = trace ? &trace->blocks[l] : nullptr;
-        attention_block(blocks_[l], g, x.data(), s, tb);
-        mlp_block(blocks_[l], N, x.data(), s, tb);
+        attention_block(blocks_[l], r, tb);
+        mlp_block(blocks_[l], r, tb);
     }
-    return merge(x.data(), N, s, trace);
+    return merge(r);
 }
 
 }  // namespace clef

@@ -7,18 +7,20 @@
 //   merger: LN, 2x2 blocks of patch rows concatenated, fc1, exact GELU, fc2 -> out_hidden_size.
 // Rows are patches in the processor's merge-block order throughout.
 //
-// Two paths over the same steps. The fast path (the default) runs every projection as an ops::PackedLinear
-// packed once at load from the checkpoint's own dtype (Precision::Exact: fp32-accurate), the attention in
-// blocks of queries on ops::small_gemm_acc (bidirectional, per frame), and the norms and activations on all
-// kernel threads (ops::num_threads()). The reference path (reference = true, the oracle the fast path is
-// tested against) runs the projections as model/linear.h's reference path, ops::attention and the scalar ops.
+// Every step runs through one stream of the CPU device (device/device.h: one upload of the pixels and of the
+// grid's tables, one download of the merged rows), on one of its two paths. The fast path (the default) runs
+// every projection as an ops::PackedLinear packed once at load from the checkpoint's own dtype
+// (Precision::Exact: fp32-accurate), ops::attention_fast (bidirectional, per frame), and the norms and
+// activations on all kernel threads. The reference path (reference = true, the oracle the fast path is tested
+// against) runs device/linear.h's reference projections, ops::attention and the scalar ops.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "device/linear.h"
+#include "device/device.h"
 #include "io/weight_source.h"
 #include "model/config.h"
 #include "model/tensors.h"
@@ -58,8 +60,9 @@ public:
     // (clef::Error naming the tensor). Fast path: the matrices are packed (BF16/F16 kept as they are, other
     // dtypes through fp32) and no fp32 copy is kept; reference = true: every tensor converted to fp32.
     // The checkpoint need not outlive the tower.
+    // Its matrices and vectors live on `device` and every forward pass runs on one stream of it.
     VisionTower(const VisionConfig& cfg, const WeightSource& ckpt, const std::string& prefix = kVisionPrefix,
-                bool reference = false);
+                bool reference = false, dev::Device& device = dev::cpu());
 
     // Whether the checkpoint holds a vision tower under prefix (its patch embedding).
     static bool in_checkpoint(const WeightSource& ckpt, const std::string& prefix = kVisionPrefix);
@@ -80,41 +83,37 @@ public:
                                VisionTrace* trace = nullptr) const;
 
 private:
-    using LayerNormW = LayerNorm;  // model/linear.h
+    struct Norm {  // a LayerNorm's weight and bias on the device
+        dev::Tensor w, b;
+    };
     struct Block {
-        LayerNormW norm1, norm2;
-        Linear qkv, proj, fc1, fc2;
+        Norm norm1, norm2;
+        std::unique_ptr<dev::Matrix> qkv, proj, fc1, fc2;
     };
 
     // Reads the weights from the checkpoint (the vision table's modules under prefix).
     void load_weights(const WeightSource& ckpt, const std::string& prefix);
-    static LayerNormW load_norm(const WeightSource& ckpt, const ModuleRef& m);
+    Norm load_norm(const WeightSource& ckpt, const ModuleRef& m) const;
     struct Grid;  // the patch grid of one image (vision.cpp)
-    // Buffers one forward pass reuses across blocks.
-    struct BlockScratch {
-        std::vector<float> xn, qkv, attn, tmp, mid;
-        std::vector<float> cos, sin;  // the rotary tables [N][head_dim/2]
-    };
+    struct Run;   // one forward pass's stream and activations (vision.cpp)
     Grid patch_grid(int grid_t, int grid_h, int grid_w) const;
-    void add_rows(float* acc, const float* y, int64_t rows) const;
-    void add_position_embedding(const Grid& g, float* x, VisionTrace* trace) const;
-    void rotary_tables(const Grid& g, std::vector<float>& cos_t, std::vector<float>& sin_t,
-                       VisionTrace* trace) const;
-    void attention_block(const Block& b, const Grid& g, float* x, BlockScratch& s,
-                         VisionTrace::Block* tb) const;
-    void mlp_block(const Block& b, int64_t N, float* x, BlockScratch& s, VisionTrace::Block* tb) const;
-    std::vector<float> merge(const float* x, int64_t N, BlockScratch& s, VisionTrace* trace) const;
+    void add_position_embedding(Run& r) const;
+    void rotary_tables(Run& r) const;
+    void attention_block(const Block& b, Run& r, VisionTrace::Block* tb) const;
+    void mlp_block(const Block& b, Run& r, VisionTrace::Block* tb) const;
+    std::vector<float> merge(Run& r) const;
 
     VisionConfig cfg_;
     bool reference_ = false;
     int head_dim_ = 0;
     int grid_side_ = 0;  // the learned position grid is grid_side x grid_side
     bool act_tanh_ = true;
-    Linear patch_embed_;
+    dev::Device* dev_;
+    std::unique_ptr<dev::Matrix> patch_embed_;
     std::vector<float> pos_embed_;  // [num_position_embeddings][hidden]
     std::vector<Block> blocks_;
-    LayerNormW merger_norm_;
-    Linear merger_fc1_, merger_fc2_;
+    Norm merger_norm_;
+    std::unique_ptr<dev::Matrix> merger_fc1_, merger_fc2_;
 };
 
 // FLOPs of one forward pass over grid_t x grid_h x grid_w patches (multiply-adds count 2): the patch
