@@ -1,4 +1,5 @@
-// The device seam (src/device/device.h): the backbone and the vision tower run every layer through it. A second backend is
+// The device seam (src/device/device.h): the backbone, the vision tower and the joint head run every layer
+// through it. A second backend is
 // stood in for by a decorator of the CPU device that counts what crosses the seam: its output must equal the
 // CPU device's bit for bit (the same kernels run), every kernel must come through its stream, and one chunk
 // must move only its inputs in (embeddings, RoPE tables) and its hidden states out: no host round trip per
@@ -14,6 +15,7 @@
 #include "io/safetensors.h"
 #include "model/backbone.h"
 #include "model/config.h"
+#include "model/head.h"
 #include "model/vision.h"
 #include "test_util.h"
 
@@ -77,6 +79,10 @@ public:
     }
     void copy(dev::Span src, dev::Span dst) override { k("copy"), s_->copy(src, dst); }
     void attention(const dev::Attention& a) override { k("attention"), s_->attention(a); }
+    void memory_attention(dev::Span q, int64_t lq, int h, int64_t w, dev::Span wk, dev::Span wv, dev::Span bv,
+                          dev::Span m, int64_t T, dev::Span o) override {
+        k("memory_attention"), s_->memory_attention(q, lq, h, w, wk, wv, bv, m, T, o);
+    }
 
 private:
     void k(const char* name) { ++c_.kernels[name]; }
@@ -191,5 +197,45 @@ TEST(DeviceSeam, VisionTowerRunsEveryBlockThroughTheSeam) {
         EXPECT_EQ(counting.c.kernels["layer_norm"], 2 * depth + 1);
         EXPECT_EQ(counting.c.kernels["gelu"], depth + 1);
         EXPECT_EQ(counting.c.kernels["rope"], depth);
+    }
+}
+
+TEST(DeviceSeam, JointHeadRunsBothStagesThroughTheSeam) {
+    const Checkpoint model = Checkpoint::open(data_path("tiny-clef/model.safetensors"));
+    const SafetensorsFile head_file = SafetensorsFile::open(data_path("tiny-clef/joint_head.safetensors"));
+    const HeadConfig cfg = load_head_config(data_path("tiny-clef/joint_head_config.json"));
+    const TensorView& lm_head = model.get("lm_head.weight");
+    const int R = cfg.routing_layers, L = cfg.layers;
+    // 40 positions of any hidden rows; a yes/no question and a three-way choice.
+    const int64_t T = 40, H = cfg.hidden_size;
+    std::vector<float> hidden(static_cast<size_t>(T * H));
+    for (size_t i = 0; i < hidden.size(); ++i) hidden[i] = static_cast<float>((i * 53 % 97) / 48.0 - 1.0);
+    const std::vector<int32_t> prompt = ids(T, lm_head.shape[0]);
+    std::vector<HeadQuestion> questions(2);
+    questions[0] = {0, 2, 6, {{8, 10}, {10, 12}}};
+    questions[1] = {1, 14, 20, {{22, 25}, {25, 27}, {27, 33}}};
+    const int Q = 2, N = 5;
+    for (bool reference : {false, true}) {
+        CountingDevice counting;
+        const JointHead cpu_head(cfg, head_file, lm_head, reference);
+        const JointHead seam_head(cfg, head_file, lm_head, reference, counting);
+        // 6 input projections, per routing layer q/k/v/out and the feed-forward pair, per field layer two
+        // attentions and linear1/2, the scorer pair.
+        EXPECT_EQ(counting.c.matrices, 6 + 6 * R + 10 * L + 2);
+        counting.c = {};
+        EXPECT_EQ(seam_head.logits(hidden.data(), T, prompt, questions),
+                  cpu_head.logits(hidden.data(), T, prompt, questions))
+            << reference;
+        // Stage 1 (one block of rows) and stage 2: one stream each. The scorer's input rows go in and the
+        // normalised options, their scores and the fields come out, per question.
+        EXPECT_EQ(counting.c.streams, 2);
+        EXPECT_EQ(counting.c.uploads, Q);
+        EXPECT_EQ(counting.c.downloads, 1 + 2 * Q);
+        EXPECT_EQ(counting.c.kernels["memory_attention"], reference ? 0 : R + L);
+        // LN_hidden; per routing layer query, memory and feed-forward norms; the summary norm; three per field
+        // layer; the field norm; the option norm per question.
+        EXPECT_EQ(counting.c.kernels["layer_norm"], 1 + 3 * R + 1 + 3 * L + 1 + Q);
+        EXPECT_EQ(counting.c.kernels["attention"], (reference ? R + 2 * L : L) + Q);
+        EXPECT_GT(counting.c.kernels["linear"], 2 * N);
     }
 }

@@ -189,6 +189,10 @@ public:
         for (int64_t i = 0; i < src.n; ++i) d[i] = f32_to_bf16(s[i]);
     }
     void attention(const Attention& a) override;
+    void memory_attention(Span q, int64_t lq, int heads, int64_t w, Span wk, Span wv, Span bv, Span m, int64_t T,
+                          Span out) override {
+        ops::memory_attention_fast(q.f32(), lq, heads, w, wk.f32(), wv.f32(), bv.f32(), m.f32(), T, out.f32());
+    }
 
 private:
     StreamOptions opt_;
@@ -224,7 +228,7 @@ void CpuStream::delta_rule(const DeltaRule& r) {
 }
 
 void CpuStream::attention(const Attention& a) {
-    if (opt_.reference) return reference_attention(a);
+    if (opt_.reference || (a.small && a.k.elem == Elem::F32)) return reference_attention(a);
     if (a.k.elem == Elem::BF16)
         ops::attention_fast(a.q.f32(), a.qs(), a.k.u16(), a.ks(), a.v.u16(), a.vs(), a.T, a.keys(), a.nh, a.nkv,
                             a.hd, a.scale, a.causal, a.out.f32(), a.os(), opt_.precision);

@@ -123,6 +123,7 @@ struct Attention {
     float scale = 1;
     Span q, k, v, out;
     bool causal = true;
+    bool small = false;  // a handful of rows (the joint head's): the CPU runs the plain scalar kernel
     int64_t kv = 0;
     int64_t q_ld = 0, k_ld = 0, v_ld = 0, out_ld = 0;
     int64_t keys() const { return kv > 0 ? kv : p0 + T; }
@@ -181,6 +182,11 @@ public:
     // dst = src, converting F32 to dst's element type (BF16: round to nearest even).
     virtual void copy(Span src, Span dst) = 0;
     virtual void attention(const Attention& a) = 0;
+    // The joint head's attention of lq queries over memory rows m [T][w] with its key and value projections
+    // factored out (ops/attention_fast.h memory_attention_fast): q [lq][w] projected, wk and wv [w][w] the
+    // projections' weights, bv [w] the value bias, out [lq][w].
+    virtual void memory_attention(Span q, int64_t lq, int heads, int64_t w, Span wk, Span wv, Span bv, Span m,
+                                  int64_t T, Span out) = 0;
 };
 
 // A device: where buffers live and kernels run.

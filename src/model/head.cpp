@@ -3,14 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <string>
 
-#include "device/linear.h"
+#include "device/device.h"
 #include "model/tensors.h"
-#include "ops/attention_fast.h"
-#include "ops/basic.h"
-#include "ops/gemm.h"
 #include "util/error.h"
 #include "util/half.h"
 #include "util/text.h"
@@ -27,17 +25,22 @@ bool is_float_dtype(DType t) {
     return t == DType::BF16 || t == DType::F16 || t == DType::F32 || t == DType::F64;
 }
 
-// A torch.nn.Linear is model/linear.h's Linear: fp32 weights packed once (Precision::Exact) on the fast path,
-// the scalar ops::linear on a head loaded with reference = true.
-using Dense = Linear;
+// A torch.nn.Linear: a matrix of the head's device (fp32 weights packed once, Precision::Exact, on the fast
+// path; the scalar ops::linear on a head loaded with reference = true).
+using Dense = std::unique_ptr<dev::Matrix>;
 
-// A torch.nn.LayerNorm with affine weight and bias, eps 1e-5 (model/linear.h).
-using Norm = LayerNorm;
+// A torch.nn.LayerNorm with affine weight and bias over rows of d, eps 1e-5.
+struct Norm {
+    dev::Tensor w, b;
+    int64_t d = 0;
+};
 
-// A torch.nn.MultiheadAttention: packed in-projection rows [q; k; v] with bias, then out_proj.
+// A torch.nn.MultiheadAttention: packed in-projection rows [q; k; v] with bias, then out_proj. On the fast
+// path the k and v weights and the v bias are also device vectors: the factored memory attention reads them.
 struct Attn {
     Dense q, k, v;  // the rows [0, W), [W, 2W), [2W, 3W) of in_proj_weight / in_proj_bias
     Dense out;
+    dev::Tensor wk, wv, bv;
 };
 
 struct RoutingLayer {
@@ -59,10 +62,12 @@ void read_row(const TensorView& t, int64_t row, int64_t cols, float* dst) {
                    static_cast<size_t>(cols), dst);
 }
 
-// Takes tensors out of the head file by name with their expected shape, and remembers which were used.
+// Takes tensors out of the head file by name with their expected shape, and remembers which were used; puts
+// the matrices and vectors on the head's device.
 class TensorTaker {
 public:
-    TensorTaker(const WeightSource& f, bool pack) : f_(f), pack_(pack) {}
+    TensorTaker(const WeightSource& f, dev::Device& device, bool reference)
+        : f_(f), dev_(device), reference_(reference) {}
 
     std::vector<float> take(const std::string& name, const std::vector<int64_t>& shape) {
         const TensorView* t = f_.find(name);
@@ -78,18 +83,14 @@ public:
     }
     // The modules of model/tensors.h's head table (names and shapes from it).
     float scalar(const ModuleRef& m) { return take(m.weight, m.shape)[0]; }
-    std::vector<float> param(const ModuleRef& m) { return take(m.weight, m.shape); }
+    dev::Tensor param(const ModuleRef& m) { return dev_.vector(take(m.weight, m.shape)); }
     Dense dense(const ModuleRef& m) {
-        const int64_t out = m.shape[0], in = m.shape[1];
-        std::vector<float> w = take(m.weight, m.shape);
-        return Dense(std::move(w), out, in, path(),
-                     m.bias.empty() ? std::vector<float>{} : take(m.bias, {out}));
+        const int64_t out = m.shape[0];
+        return matrix(take(m.weight, m.shape), out, m.shape[1],
+                      m.bias.empty() ? std::vector<float>{} : take(m.bias, {out}));
     }
     Norm norm(const ModuleRef& m) {
-        Norm n;
-        n.weight = take(m.weight, m.shape);
-        n.bias = take(m.bias, m.shape);
-        return n;
+        return {dev_.vector(take(m.weight, m.shape)), dev_.vector(take(m.bias, m.shape)), m.shape[0]};
     }
     // A MultiheadAttention: the packed in-projection in_proj and its out_proj.
     Attn attn(const ModuleRef& in_proj, const ModuleRef& out_proj) {
@@ -97,15 +98,19 @@ public:
         const int64_t w = in_proj.shape[1];
         const std::vector<float> in_w = take(in_proj.weight, in_proj.shape);
         const std::vector<float> in_b = take(in_proj.bias, {3 * w});
+        auto rows = [&](const std::vector<float>& v, int i, int64_t n) {
+            return std::vector<float>(v.begin() + i * n, v.begin() + (i + 1) * n);
+        };
         Dense* parts[3] = {&a.q, &a.k, &a.v};
-        for (int i = 0; i < 3; ++i)
-            *parts[i] = Dense(std::vector<float>(in_w.begin() + i * w * w, in_w.begin() + (i + 1) * w * w), w,
-                              w, path(), std::vector<float>(in_b.begin() + i * w, in_b.begin() + (i + 1) * w),
-                              /*keep_f32=*/i > 0);  // attend_memory reads k's and v's rows
+        for (int i = 0; i < 3; ++i) *parts[i] = matrix(rows(in_w, i, w * w), w, w, rows(in_b, i, w));
+        if (!reference_) {
+            a.wk = dev_.vector(rows(in_w, 1, w * w));
+            a.wv = dev_.vector(rows(in_w, 2, w * w));
+            a.bv = dev_.vector(rows(in_b, 2, w));
+        }
         a.out = dense(out_proj);
         return a;
     }
-    LinearPath path() const { return pack_ ? LinearPath::Fast : LinearPath::Reference; }
     // Strict load: every tensor of the file must have been taken.
     void check_all_used() const {
         for (const std::string& name : f_.names())
@@ -113,8 +118,23 @@ public:
     }
 
 private:
+    // fp32 values [out][in] as a device matrix (the device copies what it keeps).
+    Dense matrix(const std::vector<float>& w, int64_t out, int64_t in, std::vector<float> bias) {
+        TensorView t;
+        t.dtype = DType::F32;
+        t.shape = {out, in};
+        t.data = reinterpret_cast<const unsigned char*>(w.data());
+        t.nbytes = w.size() * sizeof(float);
+        dev::MatrixSource src;
+        src.tensor = &t;
+        src.bias = std::move(bias);
+        src.paths = reference_ ? dev::Paths::Reference : dev::Paths::Fast;
+        return dev_.matrix(src);
+    }
+
     const WeightSource& f_;
-    bool pack_;
+    dev::Device& dev_;
+    bool reference_;
     std::set<std::string> used_;
 };
 
@@ -122,7 +142,9 @@ private:
 
 struct JointHead::Weights {
     HeadConfig cfg;
-    TensorView lm_head;  // mapped, not copied (unless lm_quant holds the table)
+    dev::Device* dev = nullptr;  // where the matrices and vectors live and both stages run
+    bool reference = false;      // the scalar reference path (the oracle)
+    TensorView lm_head;          // mapped, not copied (unless lm_quant holds the table)
     std::unique_ptr<QuantMatrix> lm_quant;
     int64_t vocab = 0;
     void lexical_row(int64_t id, float* dst) const {
@@ -134,81 +156,90 @@ struct JointHead::Weights {
     Norm hidden_norm;
     Dense memory_projection, question_projection, option_question_projection, global_projection,
         option_context_projection, option_lexical_projection;
-    std::vector<float> type_embedding;  // [3][W]
+    dev::Tensor type_embedding;  // [3][W]
     std::vector<RoutingLayer> routing;
     Norm option_summary_norm;
     std::vector<FieldLayer> layers;
     Norm field_norm, option_norm;
     Dense scorer_in, scorer_out;  // residual_scorer.0, residual_scorer.3
     float prior_scale = 0.f, joint_scale = 0.f, gate = 0.f;
+    std::unique_ptr<dev::Stream> stream() const { return dev->stream({reference, ops::Precision::Exact}); }
 };
 
 namespace {
 
 using Weights = JointHead::Weights;
 
+// One pass of either stage through a stream of the head's device.
+struct Pass {
+    dev::Stream& s;
+    dev::Device& device;
+    dev::Tensor scratch(int64_t n) const { return s.scratch(n); }
+    // A host array as a span for this pass (the CPU's is the array itself).
+    dev::Tensor wrap(const std::vector<float>& v) const {
+        return device.wrap(const_cast<float*>(v.data()), static_cast<int64_t>(v.size()));
+    }
+    std::vector<float> read(dev::Span x) const {
+        std::vector<float> v(static_cast<size_t>(x.n));
+        s.download(v.data(), x);
+        return v;
+    }
+    void linear(const Dense& d, dev::Span x, int64_t rows, dev::Span y) const { s.linear(*d, x, rows, y); }
+    void norm(const Norm& n, dev::Span x, int64_t rows, dev::Span y) const {
+        s.layer_norm(x, rows, n.d, n.w.span(), n.b.span(), 1e-5f, y);  // torch's default eps
+    }
+};
+
 // K and V rows of an attention over `rows` memory rows, optionally LayerNorm-ed first (block by block, so no
 // normalised copy of the whole memory is kept).
-void memory_kv(const Attn& a, const Norm* norm, const float* mem, int64_t rows, int64_t W, float* k,
-               float* v) {
-    std::vector<float> normed;
+void memory_kv(const Pass& p, const Attn& a, const Norm* norm, dev::Span mem, int64_t rows, int64_t W,
+               dev::Span k, dev::Span v) {
+    const dev::Tensor normed = p.scratch(norm ? std::min(kRowBlock, rows) * W : 0);
     for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
         const int64_t n = std::min(kRowBlock, rows - r0);
-        const float* x = mem + r0 * W;
+        dev::Span x = mem.at(r0 * W, n * W);
         if (norm) {
-            normed.resize(static_cast<size_t>(n * W));
-            norm->forward(x, n, normed.data());
-            x = normed.data();
+            p.norm(*norm, x, n, normed.at(0, n * W));
+            x = normed.at(0, n * W);
         }
-        a.k.forward(x, n, k + r0 * W);
-        a.v.forward(x, n, v + r0 * W);
+        p.linear(a.k, x, n, k.at(r0 * W, n * W));
+        p.linear(a.v, x, n, v.at(r0 * W, n * W));
     }
 }
 
-// out[lq][W] = MHA(xq, keys, values) given the projected K and V rows; no masks.
-void attend(const Attn& a, int heads, int64_t W, const float* xq, int64_t lq, const float* k, const float* v,
-            int64_t lk, float* out) {
-    std::vector<float> q(static_cast<size_t>(lq * W)), ctx(static_cast<size_t>(lq * W));
-    a.q.forward(xq, lq, q.data());
+// out[lq][W] = MHA(xq, keys, values) given the projected K and V rows; no masks. The queries are few: the
+// scalar kernel on the CPU.
+void attend(const Pass& p, const Attn& a, int heads, int64_t W, dev::Span xq, int64_t lq, dev::Span k,
+            dev::Span v, int64_t lk, dev::Span out) {
+    const dev::Tensor q = p.scratch(lq * W), ctx = p.scratch(lq * W);
+    p.linear(a.q, xq, lq, q.span());
     const int dh = static_cast<int>(W / heads);
-    ops::attention(q.data(), W, k, W, v, W, lq, lk, heads, heads, dh, 1.f / std::sqrt(static_cast<float>(dh)),
-                   false, ctx.data(), W);
-    a.out.forward(ctx.data(), lq, out);
+    dev::Attention at;
+    at.T = lq, at.kv = lk, at.causal = false, at.small = true;
+    at.nh = at.nkv = heads, at.hd = dh;
+    at.scale = 1.f / std::sqrt(static_cast<float>(dh));
+    at.q = q.span(), at.k = k, at.v = v, at.out = ctx.span();
+    p.s.attention(at);
+    p.linear(a.out, ctx.span(), lq, out);
 }
 
-// Fast form of memory_kv + attend for memory rows `mem` [T][W] (already normalised if the layer norms them),
-// equal up to rounding: per head h, q_h·(W_k,h m + b_k,h) = (W_k,hᵀ q_h)·m + a constant (the constant cancels
-// in the softmax), and Σ_j p_j (W_v,h m_j + b_v,h) = W_v,h (Σ_j p_j m_j) + b_v,h since Σ_j p_j = 1. The T
-// memory rows are never projected: O(T·W·heads·lq) work instead of O(T·W²).
-void attend_memory(const Attn& a, int heads, int64_t W, const float* xq, int64_t lq, const float* mem,
-                   int64_t T, float* out) {
-    const int64_t dh = W / heads, R = lq * heads;
-    std::vector<float> q(static_cast<size_t>(lq * W)), qt(static_cast<size_t>(R * W)),
-        ctx(static_cast<size_t>(R * W)), ch(static_cast<size_t>(lq * W)), oh(static_cast<size_t>(lq * dh)),
-        o(static_cast<size_t>(lq * W));
-    a.q.forward(xq, lq, q.data());
-    const float scale = 1.f / std::sqrt(static_cast<float>(dh));
-    // Row (i, h) of qt = scale · q_i,h · W_k,h: the query of head h in memory space ([lq][heads][W]).
-    for (int64_t h = 0; h < heads; ++h)
-        ops::small_gemm_acc(lq, W, dh, scale, q.data() + h * dh, W, a.k.f32() + h * dh * W, W,
-                            qt.data() + h * W, heads * W);
-    // heads query heads of width W over one kv head, the memory rows as keys and values.
-    ops::attention_fast(qt.data(), heads * W, mem, W, mem, W, lq, T, heads, 1, static_cast<int>(W), 1.f,
-                        false, ctx.data(), heads * W);
-    for (int64_t h = 0; h < heads; ++h) {  // o_i,h = W_v,h · ctx_i,h + b_v,h
-        for (int64_t i = 0; i < lq; ++i) std::copy_n(ctx.data() + (i * heads + h) * W, W, ch.data() + i * W);
-        ops::linear(ch.data(), lq, W, a.v.f32() + h * dh * W, dh, a.v.bias().data() + h * dh, oh.data());
-        for (int64_t i = 0; i < lq; ++i) std::copy_n(oh.data() + i * dh, dh, o.data() + i * W + h * dh);
-    }
-    a.out.forward(o.data(), lq, out);
+// Fast form of memory_kv + attend for memory rows `mem` [T][W] (already normalised if the layer norms them):
+// the factored attention of ops/attention_fast.h, the T memory rows never projected.
+void attend_memory(const Pass& p, const Attn& a, int heads, int64_t W, dev::Span xq, int64_t lq, dev::Span mem,
+                   int64_t T, dev::Span out) {
+    const dev::Tensor q = p.scratch(lq * W), o = p.scratch(lq * W);
+    p.linear(a.q, xq, lq, q.span());
+    p.s.memory_attention(q.span(), lq, heads, W, a.wk.span(), a.wv.span(), a.bv.span(), mem, T, o.span());
+    p.linear(a.out, o.span(), lq, out);
 }
 
 // Feed-forward block with exact GELU: out = second(gelu(first(x))).
-void feedforward(const Dense& first, const Dense& second, const float* x, int64_t rows, float* out) {
-    std::vector<float> h(static_cast<size_t>(rows * first.out()));
-    first.forward(x, rows, h.data());
-    ops::gelu_erf_inplace(h.data(), static_cast<int64_t>(h.size()));
-    second.forward(h.data(), rows, out);
+void feedforward(const Pass& p, const Dense& first, const Dense& second, dev::Span x, int64_t rows,
+                 dev::Span out) {
+    const dev::Tensor h = p.scratch(rows * first->out());
+    p.linear(first, x, rows, h.span());
+    p.s.gelu(h.span(), rows, false);
+    p.linear(second, h.span(), rows, out);
 }
 
 std::string span_str(int64_t b, int64_t e) {
@@ -234,8 +265,8 @@ size_t total_options(const std::vector<HeadQuestion>& questions) {
 // Loading
 
 JointHead::JointHead(const HeadConfig& cfg, const WeightSource& head_weights, const TensorView& lm_head,
-                     bool reference)
-    : JointHead(cfg, head_weights, reference, [&lm_head](Weights& w) {
+                     bool reference, dev::Device& device)
+    : JointHead(cfg, head_weights, reference, device, [&lm_head](Weights& w) {
           // lm_head: [vocab][hidden], a float type, rows read in place.
           const int64_t H = w.cfg.hidden_size;
           const std::string lm = lm_head.file + ": " + (lm_head.name.empty() ? "lm_head" : lm_head.name);
@@ -253,8 +284,8 @@ JointHead::JointHead(const HeadConfig& cfg, const WeightSource& head_weights, co
       }) {}
 
 JointHead::JointHead(const HeadConfig& cfg, const WeightSource& head_weights, const QuantMatrix& lm_head,
-                     bool reference)
-    : JointHead(cfg, head_weights, reference, [&lm_head](Weights& w) {
+                     bool reference, dev::Device& device)
+    : JointHead(cfg, head_weights, reference, device, [&lm_head](Weights& w) {
           if (lm_head.cols != w.cfg.hidden_size)
               throw Error("lm_head: has " + std::to_string(lm_head.cols) + " columns, expected hidden_size " +
                           std::to_string(w.cfg.hidden_size));
@@ -264,7 +295,7 @@ JointHead::JointHead(const HeadConfig& cfg, const WeightSource& head_weights, co
       }) {}
 
 JointHead::JointHead(const HeadConfig& cfg, const WeightSource& head_weights, bool reference,
-                     const std::function<void(Weights&)>& set_lexical) {
+                     dev::Device& device, const std::function<void(Weights&)>& set_lexical) {
     const std::string& path = head_weights.description();
     if (cfg.hidden_size <= 0 || cfg.width <= 0 || cfg.heads <= 0 || cfg.feedforward <= 0 ||
         cfg.routing_layers < 0 || cfg.layers < 0)
@@ -274,9 +305,11 @@ JointHead::JointHead(const HeadConfig& cfg, const WeightSource& head_weights, bo
                     " is not divisible by heads " + std::to_string(cfg.heads));
     auto w = std::make_shared<Weights>();
     w->cfg = cfg;
+    w->dev = &device;
+    w->reference = reference;
     set_lexical(*w);
 
-    TensorTaker t(head_weights, !reference);
+    TensorTaker t(head_weights, device, reference);
     using M = HeadModule;
     const ModuleIndex m = head_modules(cfg);
     w->hidden_norm = t.norm(m.at(M::HiddenNorm));
@@ -413,8 +446,16 @@ void HeadFeatureBuilder::add_rows(const float* rows, int64_t n) {
     if (n == 0) return;
     const int64_t H = w_->cfg.hidden_size, W = w_->cfg.width;
     normed_.resize(static_cast<size_t>(n * H));
-    w_->hidden_norm.forward(rows, n, normed_.data());
-    w_->memory_projection.forward(normed_.data(), n, out_.memory.data() + done_ * W);
+    {  // LN_hidden and the memory rows on the device; the span sums below read the normalised rows
+        const std::unique_ptr<dev::Stream> stream = w_->stream();
+        dev::Device& d = *w_->dev;
+        const dev::Tensor x = d.wrap(const_cast<float*>(rows), n * H), y = d.wrap(normed_.data(), n * H),
+                          m = d.wrap(out_.memory.data() + done_ * W, n * W);
+        stream->layer_norm(x.span(), n, H, w_->hidden_norm.w.span(), w_->hidden_norm.b.span(), 1e-5f,
+                           y.span());
+        stream->linear(*w_->memory_projection, y.span(), n, m.span());
+        stream->sync();
+    }
     const int64_t first = done_, last = done_ + n;
     for (const Span& s : spans_) {
         const int64_t b = std::max(s.begin, first), e = std::min(s.end, last);
@@ -478,114 +519,114 @@ using Weights = JointHead::Weights;
 using Rows = std::vector<int64_t>;  // first option row of each question, then the total (Q + 1 entries)
 
 // Option queries: r = W_oc·c + W_ol·ℓ + W_oq·q (the question term shared by that question's options).
-std::vector<float> option_queries(const Weights& w, const HeadFeatures& ft, const Rows& first) {
+dev::Tensor option_queries(const Pass& p, const Weights& w, const HeadFeatures& ft, const Rows& first) {
     const int64_t W = w.cfg.width, Q = static_cast<int64_t>(first.size()) - 1, N = first.back();
-    std::vector<float> r(static_cast<size_t>(N * W)), tmp(static_cast<size_t>(N * W));
-    w.option_context_projection.forward(ft.option_context.data(), N, r.data());
-    w.option_lexical_projection.forward(ft.option_lexical.data(), N, tmp.data());
-    ops::add_inplace(r.data(), tmp.data(), r.size());
-    std::vector<float> oq(static_cast<size_t>(Q * W));
-    w.option_question_projection.forward(ft.question_mean.data(), Q, oq.data());
+    dev::Tensor r = p.scratch(N * W);
+    const dev::Tensor tmp = p.scratch(N * W), oq = p.scratch(Q * W);
+    p.linear(w.option_context_projection, p.wrap(ft.option_context).span(), N, r.span());
+    p.linear(w.option_lexical_projection, p.wrap(ft.option_lexical).span(), N, tmp.span());
+    p.s.add(r.span(), tmp.span());
+    p.linear(w.option_question_projection, p.wrap(ft.question_mean).span(), Q, oq.span());
     for (int64_t i = 0; i < Q; ++i)
-        for (int64_t j = first[i]; j < first[i + 1]; ++j)
-            ops::add_inplace(r.data() + j * W, oq.data() + i * W, W);
+        for (int64_t j = first[i]; j < first[i + 1]; ++j) p.s.add(r.at(j * W, W), oq.at(i * W, W));
     return r;
 }
 
 // Evidence routing: options cross-attend to their own LayerNorm of the memory, then a feed-forward block.
-void route_evidence(const Weights& w, const HeadFeatures& ft, std::vector<float>& r, int64_t N,
+void route_evidence(const Pass& p, const Weights& w, const HeadFeatures& ft, dev::Span r, int64_t N,
                     HeadTrace* trace) {
     const int64_t T = ft.length, W = w.cfg.width;
-    std::vector<float> keys(static_cast<size_t>(T * W)), values(static_cast<size_t>(T * W));
-    std::vector<float> x(static_cast<size_t>(N * W)), tmp(static_cast<size_t>(N * W));
+    const dev::Tensor mem = p.wrap(ft.memory), keys = p.scratch(T * W),
+                      values = p.scratch(w.reference ? T * W : 0), x = p.scratch(N * W), tmp = p.scratch(N * W);
     for (const RoutingLayer& l : w.routing) {
-        l.query_norm.forward(r.data(), N, x.data());
-        if (l.attention.k.has_fast()) {  // fast path: keys holds the normalised memory
-            l.memory_norm.forward(ft.memory.data(), T, keys.data());
-            attend_memory(l.attention, w.cfg.heads, W, x.data(), N, keys.data(), T, tmp.data());
+        p.norm(l.query_norm, r, N, x.span());
+        if (!w.reference) {  // keys holds the normalised memory
+            p.norm(l.memory_norm, mem.span(), T, keys.span());
+            attend_memory(p, l.attention, w.cfg.heads, W, x.span(), N, keys.span(), T, tmp.span());
         } else {
-            memory_kv(l.attention, &l.memory_norm, ft.memory.data(), T, W, keys.data(), values.data());
-            attend(l.attention, w.cfg.heads, W, x.data(), N, keys.data(), values.data(), T, tmp.data());
+            memory_kv(p, l.attention, &l.memory_norm, mem.span(), T, W, keys.span(), values.span());
+            attend(p, l.attention, w.cfg.heads, W, x.span(), N, keys.span(), values.span(), T, tmp.span());
         }
-        ops::add_inplace(r.data(), tmp.data(), r.size());
-        l.feedforward_norm.forward(r.data(), N, x.data());
-        feedforward(l.ff_in, l.ff_out, x.data(), N, tmp.data());
-        ops::add_inplace(r.data(), tmp.data(), r.size());
-        if (trace) trace->evidence_layers.push_back(r);
+        p.s.add(r, tmp.span());
+        p.norm(l.feedforward_norm, r, N, x.span());
+        feedforward(p, l.ff_in, l.ff_out, x.span(), N, tmp.span());
+        p.s.add(r, tmp.span());
+        if (trace) trace->evidence_layers.push_back(p.read(r));
     }
 }
 
 // Option summaries: per question, attention of b_i over its options r (keys and values), scale 1/sqrt(W).
-std::vector<float> option_summaries(const Weights& w, const std::vector<float>& r,
-                                    const std::vector<float>& b, const Rows& first) {
+dev::Tensor option_summaries(const Pass& p, const Weights& w, dev::Span r, dev::Span b, const Rows& first) {
     const int64_t W = w.cfg.width, Q = static_cast<int64_t>(first.size()) - 1;
-    std::vector<float> summary(static_cast<size_t>(Q * W), 0.f);
-    const float inv_sqrt_w = 1.f / std::sqrt(static_cast<float>(W));
-    const int d = static_cast<int>(W);
+    dev::Tensor summary = p.scratch(Q * W);
     for (int64_t i = 0; i < Q; ++i) {
-        const float* ri = r.data() + first[i] * W;
-        ops::attention(b.data() + i * W, W, ri, W, ri, W, 1, first[i + 1] - first[i], 1, 1, d, inv_sqrt_w,
-                       false, summary.data() + i * W, W);
+        const int64_t n = first[i + 1] - first[i];
+        dev::Attention at;
+        at.T = 1, at.kv = n, at.causal = false, at.small = true;
+        at.nh = at.nkv = 1, at.hd = static_cast<int>(W);
+        at.scale = 1.f / std::sqrt(static_cast<float>(W));
+        at.q = b.at(i * W, W), at.k = at.v = r.at(first[i] * W, n * W), at.out = summary.at(i * W, W);
+        p.s.attention(at);
     }
     return summary;
 }
 
 // Field vectors f = b + LN_sum(s) + W_g·g + T[type], b = W_q·q.
-std::vector<float> field_vectors(const Weights& w, const HeadFeatures& ft, const std::vector<float>& r,
-                                 const std::vector<HeadQuestion>& questions, const Rows& first,
-                                 HeadTrace* trace) {
+dev::Tensor field_vectors(const Pass& p, const Weights& w, const HeadFeatures& ft, dev::Span r,
+                          const std::vector<HeadQuestion>& questions, const Rows& first, HeadTrace* trace) {
     const int64_t W = w.cfg.width, Q = static_cast<int64_t>(questions.size());
-    std::vector<float> b(static_cast<size_t>(Q * W));
-    w.question_projection.forward(ft.question_mean.data(), Q, b.data());
-    const std::vector<float> summary = option_summaries(w, r, b, first);
-    std::vector<float> f(static_cast<size_t>(Q * W)), summary_norm(static_cast<size_t>(Q * W)),
-        global_proj(static_cast<size_t>(W));
-    w.option_summary_norm.forward(summary.data(), Q, summary_norm.data());
-    w.global_projection.forward(ft.global.data(), 1, global_proj.data());
-    for (int64_t i = 0; i < Q; ++i)
-        for (int64_t c = 0; c < W; ++c)
-            f[i * W + c] = b[i * W + c] + summary_norm[i * W + c] + global_proj[c] +
-                           w.type_embedding[questions[i].type * W + c];
+    dev::Tensor f = p.scratch(Q * W);
+    const dev::Tensor b = p.scratch(Q * W), summary_norm = p.scratch(Q * W), global_proj = p.scratch(W);
+    p.linear(w.question_projection, p.wrap(ft.question_mean).span(), Q, b.span());
+    const dev::Tensor summary = option_summaries(p, w, r, b.span(), first);
+    p.norm(w.option_summary_norm, summary.span(), Q, summary_norm.span());
+    p.linear(w.global_projection, p.wrap(ft.global).span(), 1, global_proj.span());
+    p.s.copy(b.span(), f.span());
+    p.s.add(f.span(), summary_norm.span());
+    for (int64_t i = 0; i < Q; ++i) {
+        p.s.add(f.at(i * W, W), global_proj.span());
+        p.s.add(f.at(i * W, W), w.type_embedding.at(questions[i].type * W, W));
+    }
     if (trace) {
-        trace->question_projection = b;
-        trace->option_summary_norm = summary_norm;
-        trace->global_projection = global_proj;
+        trace->question_projection = p.read(b.span());
+        trace->option_summary_norm = p.read(summary_norm.span());
+        trace->global_projection = p.read(global_proj.span());
     }
     return f;
 }
 
 // Field layers (pre-norm decoder layers): questions attend to each other, then to the raw memory.
-void field_layers(const Weights& w, const HeadFeatures& ft, std::vector<float>& f, int64_t Q,
+void field_layers(const Pass& p, const Weights& w, const HeadFeatures& ft, dev::Span f, int64_t Q,
                   HeadTrace* trace) {
     const int64_t T = ft.length, W = w.cfg.width;
     const int heads = w.cfg.heads;
-    std::vector<float> fx(static_cast<size_t>(Q * W)), ftmp(static_cast<size_t>(Q * W));
-    std::vector<float> qk(static_cast<size_t>(Q * W)), qv(static_cast<size_t>(Q * W));
-    std::vector<float> keys, values;
+    const dev::Tensor mem = p.wrap(ft.memory), fx = p.scratch(Q * W), ftmp = p.scratch(Q * W),
+                      qk = p.scratch(Q * W), qv = p.scratch(Q * W), keys = p.scratch(w.reference ? T * W : 0),
+                      values = p.scratch(w.reference ? T * W : 0);
     for (const FieldLayer& l : w.layers) {
-        l.norm1.forward(f.data(), Q, fx.data());
-        memory_kv(l.self_attn, nullptr, fx.data(), Q, W, qk.data(), qv.data());
-        attend(l.self_attn, heads, W, fx.data(), Q, qk.data(), qv.data(), Q, ftmp.data());
-        ops::add_inplace(f.data(), ftmp.data(), f.size());
-        l.norm2.forward(f.data(), Q, fx.data());
-        if (l.cross_attn.k.has_fast()) {
-            attend_memory(l.cross_attn, heads, W, fx.data(), Q, ft.memory.data(), T, ftmp.data());
+        p.norm(l.norm1, f, Q, fx.span());
+        memory_kv(p, l.self_attn, nullptr, fx.span(), Q, W, qk.span(), qv.span());
+        attend(p, l.self_attn, heads, W, fx.span(), Q, qk.span(), qv.span(), Q, ftmp.span());
+        p.s.add(f, ftmp.span());
+        p.norm(l.norm2, f, Q, fx.span());
+        if (!w.reference) {
+            attend_memory(p, l.cross_attn, heads, W, fx.span(), Q, mem.span(), T, ftmp.span());
         } else {
-            keys.resize(static_cast<size_t>(T * W));
-            values.resize(static_cast<size_t>(T * W));
-            memory_kv(l.cross_attn, nullptr, ft.memory.data(), T, W, keys.data(), values.data());
-            attend(l.cross_attn, heads, W, fx.data(), Q, keys.data(), values.data(), T, ftmp.data());
+            memory_kv(p, l.cross_attn, nullptr, mem.span(), T, W, keys.span(), values.span());
+            attend(p, l.cross_attn, heads, W, fx.span(), Q, keys.span(), values.span(), T, ftmp.span());
         }
-        ops::add_inplace(f.data(), ftmp.data(), f.size());
-        l.norm3.forward(f.data(), Q, fx.data());
-        feedforward(l.linear1, l.linear2, fx.data(), Q, ftmp.data());
-        ops::add_inplace(f.data(), ftmp.data(), f.size());
-        if (trace) trace->layers.push_back(f);
+        p.s.add(f, ftmp.span());
+        p.norm(l.norm3, f, Q, fx.span());
+        feedforward(p, l.linear1, l.linear2, fx.span(), Q, ftmp.span());
+        p.s.add(f, ftmp.span());
+        if (trace) trace->layers.push_back(p.read(f));
     }
 }
 
-// The logits of question i: lexical prior + gate · (J · cosine(field, option) + residual scorer).
-std::vector<float> score_question(const Weights& w, const HeadFeatures& ft, const std::vector<float>& r,
+// The logits of question i: lexical prior + gate · (J · cosine(field, option) + residual scorer). The cosines
+// and the scorer's input rows are formed on the host in double (the normalised options and the field come
+// from the device); the scorer runs on the device.
+std::vector<float> score_question(const Pass& p, const Weights& w, const HeadFeatures& ft, dev::Span r,
                                   const float* field, int64_t i, const Rows& first, HeadTrace* trace) {
     const int64_t H = w.cfg.hidden_size, W = w.cfg.width, n = first[i + 1] - first[i];
     std::vector<double> anchor(static_cast<size_t>(H));  // normalize(q_i + g)
@@ -595,8 +636,9 @@ std::vector<float> score_question(const Weights& w, const HeadFeatures& ft, cons
         ss += anchor[c] * anchor[c];
     }
     const double anorm = std::max(std::sqrt(ss), kNormalizeEps);
-    std::vector<float> options(static_cast<size_t>(n * W));
-    w.option_norm.forward(r.data() + first[i] * W, n, options.data());
+    const dev::Tensor normed = p.scratch(n * W);
+    p.norm(w.option_norm, r.at(first[i] * W, n * W), n, normed.span());
+    std::vector<float> options = p.read(normed.span());
     double fss = 0.0;
     for (int64_t c = 0; c < W; ++c) fss += static_cast<double>(field[c]) * field[c];
     const double fnorm = std::max(std::sqrt(fss), kCosineEps);
@@ -625,10 +667,12 @@ std::vector<float> score_question(const Weights& w, const HeadFeatures& ft, cons
         }
         cosine[j] = static_cast<float>(fo / (fnorm * std::max(std::sqrt(oss), kCosineEps)));
     }
-    std::vector<float> residual(static_cast<size_t>(n)), h(static_cast<size_t>(n * W));
-    w.scorer_in.forward(feat.data(), n, h.data());
-    ops::gelu_erf_inplace(h.data(), n * W);
-    w.scorer_out.forward(h.data(), n, residual.data());
+    const dev::Tensor x = p.scratch(n * 4 * W), h = p.scratch(n * W), res = p.scratch(n);
+    p.s.upload(x.span(), feat.data());
+    p.linear(w.scorer_in, x.span(), n, h.span());
+    p.s.gelu(h.span(), n, false);
+    p.linear(w.scorer_out, h.span(), n, res.span());
+    const std::vector<float> residual = p.read(res.span());
     std::vector<float> row(static_cast<size_t>(n));
     for (int64_t j = 0; j < n; ++j) row[j] = prior[j] + w.gate * (w.joint_scale * cosine[j] + residual[j]);
     if (trace) {
@@ -661,16 +705,19 @@ std::vector<std::vector<float>> JointHead::decide(const HeadFeatures& ft,
         *trace = HeadTrace{};
         trace->memory_projection = ft.memory;
     }
-    std::vector<float> r = option_queries(w, ft, first);
-    route_evidence(w, ft, r, N, trace);
-    std::vector<float> f = field_vectors(w, ft, r, questions, first, trace);
-    field_layers(w, ft, f, Q, trace);
-    std::vector<float> fields(static_cast<size_t>(Q * W));
-    w.field_norm.forward(f.data(), Q, fields.data());
+    const std::unique_ptr<dev::Stream> stream = w.stream();
+    const Pass p{*stream, *w.dev};
+    const dev::Tensor r = option_queries(p, w, ft, first);
+    route_evidence(p, w, ft, r.span(), N, trace);
+    const dev::Tensor f = field_vectors(p, w, ft, r.span(), questions, first, trace);
+    field_layers(p, w, ft, f.span(), Q, trace);
+    const dev::Tensor field_rows = p.scratch(Q * W);
+    p.norm(w.field_norm, f.span(), Q, field_rows.span());
+    const std::vector<float> fields = p.read(field_rows.span());
     if (trace) trace->field_norm = fields;
     std::vector<std::vector<float>> result;
     for (int64_t i = 0; i < Q; ++i)
-        result.push_back(score_question(w, ft, r, fields.data() + i * W, i, first, trace));
+        result.push_back(score_question(p, w, ft, r.span(), fields.data() + i * W, i, first, trace));
     return result;
 }
 

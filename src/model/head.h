@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "device/device.h"
 #include "io/weight_source.h"
 #include "model/config.h"
 #include "quant/quant.h"
@@ -61,12 +62,13 @@ public:
     // converted to fp32, and the scalars are clamped at ln(100) before exp. Throws clef::Error naming the
     // file and tensor. The projections run as ops::PackedLinear (packed once here, fp32-exact); reference =
     // true keeps the scalar ops::linear instead (the oracle).
+    // The matrices and vectors live on `device`, and both stages run on streams of it.
     JointHead(const HeadConfig& cfg, const WeightSource& head_weights, const TensorView& lm_head,
-              bool reference = false);
+              bool reference = false, dev::Device& device = dev::cpu());
     // The same with the lm_head as a QuantMatrix (a GGUF model's quantised output / token_embd table): the
     // rows of option-span ids are dequantised when needed; lm_head's owner keeps its storage alive.
     JointHead(const HeadConfig& cfg, const WeightSource& head_weights, const QuantMatrix& lm_head,
-              bool reference = false);
+              bool reference = false, dev::Device& device = dev::cpu());
 
     const HeadConfig& config() const;
     int64_t vocab_size() const;
@@ -93,7 +95,7 @@ public:
 
 private:
     // Checks cfg, lets set_lexical validate and store the lm_head (Weights::cfg is set), loads the rest.
-    JointHead(const HeadConfig& cfg, const WeightSource& head_weights, bool reference,
+    JointHead(const HeadConfig& cfg, const WeightSource& head_weights, bool reference, dev::Device& device,
               const std::function<void(Weights&)>& set_lexical);
     friend class HeadFeatureBuilder;
     std::shared_ptr<const Weights> w_;

@@ -1,6 +1,7 @@
 #include "ops/attention_fast.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "ops/attention_kernels.h"
@@ -93,6 +94,25 @@ void attention_fast(const float* q, int64_t q_stride, const uint16_t* k, int64_t
                     bool causal, float* out, int64_t out_stride, Precision p) {
     run({q, q_stride, k, v, k_stride, v_stride, true, p == Precision::BF16, lq, lk, hq, hkv, dh, scale,
          causal, out, out_stride});
+}
+
+void memory_attention_fast(const float* q, int64_t lq, int heads, int64_t w, const float* wk, const float* wv,
+                           const float* bv, const float* m, int64_t T, float* out) {
+    const int64_t dh = w / heads, R = lq * heads;
+    std::vector<float> qt(static_cast<size_t>(R * w)), ctx(static_cast<size_t>(R * w)),
+        ch(static_cast<size_t>(lq * w)), oh(static_cast<size_t>(lq * dh));
+    const float scale = 1.f / std::sqrt(static_cast<float>(dh));
+    // Row (i, h) of qt = scale · q_i,h · W_k,h: the query of head h in memory space ([lq][heads][w]).
+    for (int64_t h = 0; h < heads; ++h)
+        small_gemm_acc(lq, w, dh, scale, q + h * dh, w, wk + h * dh * w, w, qt.data() + h * w, heads * w);
+    // heads query heads of width w over one kv head, the memory rows as keys and values.
+    attention_fast(qt.data(), heads * w, m, w, m, w, lq, T, heads, 1, static_cast<int>(w), 1.f, false,
+                   ctx.data(), heads * w);
+    for (int64_t h = 0; h < heads; ++h) {  // o_i,h = W_v,h · ctx_i,h + b_v,h
+        for (int64_t i = 0; i < lq; ++i) std::copy_n(ctx.data() + (i * heads + h) * w, w, ch.data() + i * w);
+        linear(ch.data(), lq, w, wv + h * dh * w, dh, bv + h * dh, oh.data());
+        for (int64_t i = 0; i < lq; ++i) std::copy_n(oh.data() + i * dh, dh, out + i * w + h * dh);
+    }
 }
 
 }  // namespace clef::ops

@@ -29,4 +29,15 @@ void attention_fast(const float* q, int64_t q_stride, const uint16_t* k, int64_t
                     int64_t v_stride, int64_t lq, int64_t lk, int hq, int hkv, int dh, float scale,
                     bool causal, float* out, int64_t out_stride, Precision p = Precision::Exact);
 
+// Multi-head attention of lq queries over T memory rows m [T][w] whose key and value projections are factored
+// out (the joint head's, model/head.cpp): per head h of dh = w / heads, with q [lq][w] already projected and
+// wk, wv [w][w], bv [w] the key and value projections,
+//   out[i][h] = Σ_j softmax_j(q_i,h · (W_k,h m_j) / sqrt(dh)) (W_v,h m_j + b_v,h)
+//             = W_v,h (Σ_j p_j m_j) + b_v,h   with the scores (W_k,hᵀ q_i,h) · m_j,
+// equal up to rounding to projecting the T rows first (the key bias adds a constant per query that cancels in
+// the softmax; Σ_j p_j = 1): O(T·w·heads·lq) work instead of O(T·w²). out [lq][w], heads concatenated. Its
+// oracle is that projection followed by ops::attention.
+void memory_attention_fast(const float* q, int64_t lq, int heads, int64_t w, const float* wk, const float* wv,
+                           const float* bv, const float* m, int64_t T, float* out);
+
 }  // namespace clef::ops
