@@ -154,7 +154,8 @@ TEST(AttentionFast, MemoryAttentionMatchesProjectedKeysAndValues) {
     };
     std::mt19937 rng(11);
     std::normal_distribution<float> nd(0.f, 1.f);
-    for (const Shape& s : {Shape{1, 1, 24, 1}, Shape{3, 5, 24, 2}, Shape{7, 130, 64, 4}, Shape{2, 37, 64, 2}}) {
+    for (const Shape& s :
+         {Shape{1, 1, 24, 1}, Shape{3, 5, 24, 2}, Shape{7, 130, 64, 4}, Shape{2, 37, 64, 2}}) {
         const int64_t w = s.w, dh = w / s.heads;
         auto fill = [&](int64_t n, float scale) {
             std::vector<float> v(static_cast<size_t>(n));
@@ -168,14 +169,15 @@ TEST(AttentionFast, MemoryAttentionMatchesProjectedKeysAndValues) {
             out(ref.size());
         ops::linear(m.data(), s.T, w, wk.data(), w, bk.data(), K.data());
         ops::linear(m.data(), s.T, w, wv.data(), w, bv.data(), V.data());
-        ops::attention(q.data(), w, K.data(), w, V.data(), w, s.lq, s.T, s.heads, s.heads, static_cast<int>(dh),
-                       1.f / std::sqrt(static_cast<float>(dh)), false, ref.data(), w);
+        ops::attention(q.data(), w, K.data(), w, V.data(), w, s.lq, s.T, s.heads, s.heads,
+                       static_cast<int>(dh), 1.f / std::sqrt(static_cast<float>(dh)), false, ref.data(), w);
         ops::memory_attention_fast(q.data(), s.lq, s.heads, w, wk.data(), wv.data(), bv.data(), m.data(), s.T,
                                    out.data());
         float vmax = 0;
         for (float x : V) vmax = std::max(vmax, std::fabs(x));
         for (size_t i = 0; i < out.size(); ++i)
-            ASSERT_NEAR(out[i], ref[i], 1e-4 * vmax) << "lq " << s.lq << " T " << s.T << " w " << w << " at " << i;
+            ASSERT_NEAR(out[i], ref[i], 1e-4 * vmax)
+                << "lq " << s.lq << " T " << s.T << " w " << w << " at " << i;
     }
 }
 

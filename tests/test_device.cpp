@@ -181,10 +181,11 @@ TEST(DeviceSeam, VisionTowerRunsEveryBlockThroughTheSeam) {
         counting.c = {};
         const VisionTower cpu_tower(vc, ckpt, kVisionPrefix, reference);
         const VisionTower seam_tower(vc, ckpt, kVisionPrefix, reference, counting);
-        EXPECT_EQ(counting.c.matrices, 1 + 4 * depth + 2);  // patch embedding, 4 per block, the merger's 2
+        EXPECT_EQ(counting.c.matrices, 1 + 4 * depth + 2);   // patch embedding, 4 per block, the merger's 2
         EXPECT_EQ(counting.c.vectors, 2 * (2 * depth + 1));  // LayerNorm weights and biases
         std::vector<float> pixels(static_cast<size_t>(gt * gh * gw * seam_tower.patch_dim()));
-        for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>((i * 37 % 101) / 50.0 - 1.0);
+        for (size_t i = 0; i < pixels.size(); ++i)
+            pixels[i] = static_cast<float>((i * 37 % 101) / 50.0 - 1.0);
         counting.c = {};
         EXPECT_EQ(seam_tower.forward(pixels.data(), gt, gh, gw), cpu_tower.forward(pixels.data(), gt, gh, gw))
             << reference;
@@ -232,8 +233,8 @@ TEST(DeviceSeam, JointHeadRunsBothStagesThroughTheSeam) {
         EXPECT_EQ(counting.c.uploads, Q);
         EXPECT_EQ(counting.c.downloads, 1 + 2 * Q);
         EXPECT_EQ(counting.c.kernels["memory_attention"], reference ? 0 : R + L);
-        // LN_hidden; per routing layer query, memory and feed-forward norms; the summary norm; three per field
-        // layer; the field norm; the option norm per question.
+        // LN_hidden; per routing layer query, memory and feed-forward norms; the summary norm; three per
+        // field layer; the field norm; the option norm per question.
         EXPECT_EQ(counting.c.kernels["layer_norm"], 1 + 3 * R + 1 + 3 * L + 1 + Q);
         EXPECT_EQ(counting.c.kernels["attention"], (reference ? R + 2 * L : L) + Q);
         EXPECT_GT(counting.c.kernels["linear"], 2 * N);

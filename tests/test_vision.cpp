@@ -11,12 +11,12 @@
 #include <memory>
 #include <sstream>
 
+#include "device/linear.h"
 #include "image/decode.h"
 #include "image/preprocess.h"
 #include "image/source.h"
 #include "io/safetensors.h"
 #include "model/config.h"
-#include "device/linear.h"
 #include "model/vision.h"
 #include "support/sha256.h"
 #include "test_util.h"

@@ -189,9 +189,10 @@ public:
         for (int64_t i = 0; i < src.n; ++i) d[i] = f32_to_bf16(s[i]);
     }
     void attention(const Attention& a) override;
-    void memory_attention(Span q, int64_t lq, int heads, int64_t w, Span wk, Span wv, Span bv, Span m, int64_t T,
-                          Span out) override {
-        ops::memory_attention_fast(q.f32(), lq, heads, w, wk.f32(), wv.f32(), bv.f32(), m.f32(), T, out.f32());
+    void memory_attention(Span q, int64_t lq, int heads, int64_t w, Span wk, Span wv, Span bv, Span m,
+                          int64_t T, Span out) override {
+        ops::memory_attention_fast(q.f32(), lq, heads, w, wk.f32(), wv.f32(), bv.f32(), m.f32(), T,
+                                   out.f32());
     }
 
 private:
@@ -230,11 +231,11 @@ void CpuStream::delta_rule(const DeltaRule& r) {
 void CpuStream::attention(const Attention& a) {
     if (opt_.reference || (a.small && a.k.elem == Elem::F32)) return reference_attention(a);
     if (a.k.elem == Elem::BF16)
-        ops::attention_fast(a.q.f32(), a.qs(), a.k.u16(), a.ks(), a.v.u16(), a.vs(), a.T, a.keys(), a.nh, a.nkv,
-                            a.hd, a.scale, a.causal, a.out.f32(), a.os(), opt_.precision);
+        ops::attention_fast(a.q.f32(), a.qs(), a.k.u16(), a.ks(), a.v.u16(), a.vs(), a.T, a.keys(), a.nh,
+                            a.nkv, a.hd, a.scale, a.causal, a.out.f32(), a.os(), opt_.precision);
     else
-        ops::attention_fast(a.q.f32(), a.qs(), a.k.f32(), a.ks(), a.v.f32(), a.vs(), a.T, a.keys(), a.nh, a.nkv,
-                            a.hd, a.scale, a.causal, a.out.f32(), a.os(), opt_.precision);
+        ops::attention_fast(a.q.f32(), a.qs(), a.k.f32(), a.ks(), a.v.f32(), a.vs(), a.T, a.keys(), a.nh,
+                            a.nkv, a.hd, a.scale, a.causal, a.out.f32(), a.os(), opt_.precision);
 }
 
 class CpuDevice final : public Device {
@@ -253,8 +254,8 @@ public:
         if (s.quant) {
             const GgmlType ty = s.quant->type;
             const bool block = ty != GgmlType::F32 && ty != GgmlType::F16 && ty != GgmlType::BF16;
-            return std::make_unique<Linear>(*s.quant, path, block ? s.quant_residency : ops::Residency::Packed,
-                                            s.bias);
+            return std::make_unique<Linear>(*s.quant, path,
+                                            block ? s.quant_residency : ops::Residency::Packed, s.bias);
         }
         if (!s.tensor) throw Error("device: a matrix needs a tensor or a quantised matrix");
         return std::make_unique<Linear>(*s.tensor, path, s.bias);

@@ -225,8 +225,8 @@ void attend(const Pass& p, const Attn& a, int heads, int64_t W, dev::Span xq, in
 
 // Fast form of memory_kv + attend for memory rows `mem` [T][W] (already normalised if the layer norms them):
 // the factored attention of ops/attention_fast.h, the T memory rows never projected.
-void attend_memory(const Pass& p, const Attn& a, int heads, int64_t W, dev::Span xq, int64_t lq, dev::Span mem,
-                   int64_t T, dev::Span out) {
+void attend_memory(const Pass& p, const Attn& a, int heads, int64_t W, dev::Span xq, int64_t lq,
+                   dev::Span mem, int64_t T, dev::Span out) {
     const dev::Tensor q = p.scratch(lq * W), o = p.scratch(lq * W);
     p.linear(a.q, xq, lq, q.span());
     p.s.memory_attention(q.span(), lq, heads, W, a.wk.span(), a.wv.span(), a.bv.span(), mem, T, o.span());
@@ -537,7 +537,8 @@ void route_evidence(const Pass& p, const Weights& w, const HeadFeatures& ft, dev
                     HeadTrace* trace) {
     const int64_t T = ft.length, W = w.cfg.width;
     const dev::Tensor mem = p.wrap(ft.memory), keys = p.scratch(T * W),
-                      values = p.scratch(w.reference ? T * W : 0), x = p.scratch(N * W), tmp = p.scratch(N * W);
+                      values = p.scratch(w.reference ? T * W : 0), x = p.scratch(N * W),
+                      tmp = p.scratch(N * W);
     for (const RoutingLayer& l : w.routing) {
         p.norm(l.query_norm, r, N, x.span());
         if (!w.reference) {  // keys holds the normalised memory

@@ -17,7 +17,7 @@ namespace {
 
 constexpr float kNormEps = 1e-6f;            // every vision LayerNorm (blocks and merger)
 constexpr double kRopeTheta = 10000.0;       // VisionRotaryEmbedding's default; not in vision_config
-constexpr int64_t kMlpRowChunk = 2048;  // rows per MLP slice (bounds the [rows][intermediate] buffer)
+constexpr int64_t kMlpRowChunk = 2048;       // rows per MLP slice (bounds the [rows][intermediate] buffer)
 
 const TensorView& checked(const WeightSource& ckpt, const std::string& name,
                           const std::vector<int64_t>& shape) {
@@ -191,7 +191,8 @@ void VisionTower::add_position_embedding(Run& r) const {
     for (int64_t t = 0; t < g.t; ++t) r.s.add(r.x.at(t * g.frame * H, g.frame * H), grid.span());
     if (!r.trace) return;
     r.trace->pos_embed.clear();
-    for (int64_t t = 0; t < g.t; ++t) r.trace->pos_embed.insert(r.trace->pos_embed.end(), pos.begin(), pos.end());
+    for (int64_t t = 0; t < g.t; ++t)
+        r.trace->pos_embed.insert(r.trace->pos_embed.end(), pos.begin(), pos.end());
     r.trace->embeddings = r.read(r.x.span());
 }
 
@@ -258,7 +259,8 @@ void VisionTower::attention_block(const Block& b, Run& r, VisionTrace::Block* tb
         const std::vector<float> qkv = r.read(r.qkv.span());
         for (auto [dst, col] : {std::pair{&tb->q_rope, 0}, std::pair{&tb->k_rope, 1}, std::pair{&tb->v, 2}}) {
             dst->resize(static_cast<size_t>(N * H));
-            for (int64_t n = 0; n < N; ++n) std::copy_n(qkv.data() + n * 3 * H + col * H, H, dst->data() + n * H);
+            for (int64_t n = 0; n < N; ++n)
+                std::copy_n(qkv.data() + n * 3 * H + col * H, H, dst->data() + n * H);
         }
         tb->attn = r.read(r.attn.span());
         tb->attn_out = r.read(r.tmp.span());
