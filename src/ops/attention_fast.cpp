@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "ops/attention_kernels.h"
@@ -24,19 +25,37 @@ void check(const simd::AttnCall& a) {
     if (!a.q || !a.k || !a.v || !a.out) throw Error("attention_fast: null input or output");
 }
 
+// Kᵀ scratch of at least n floats, reused by the calls on this thread (a fresh zeroed buffer per call cost the
+// vision tower ~6 %: every block zeroed and faulted in MiBs); done() drops one larger than kKeepFloats.
+class KtScratch {
+public:
+    static constexpr size_t kKeepFloats = size_t{8} << 20;  // 32 MiB
+    float* get(size_t n) {
+        if (n > cap_) buf_.reset(new float[n]), cap_ = n;
+        return buf_.get();
+    }
+    void done() {
+        if (cap_ > kKeepFloats) buf_.reset(), cap_ = 0;
+    }
+
+private:
+    std::unique_ptr<float[]> buf_;
+    size_t cap_ = 0;
+};
+
 // Bidirectional fp32 attention with whole score rows (the vision tower's frames, the head's memory): per
 // query head and block of kDenseRows queries, S = scale·Q·Kᵀ and O = P·V as small_gemm_acc products (register
 // blocks, any head dim) and each row of S through softmax_inplace_fast_f32. Kᵀ ([hkv·dh][lk]) is built once
-// per call; blocks run on the kernel threads with kDenseRows x lk scores each.
+// per call into the thread's KtScratch; blocks run on the kernel threads with kDenseRows x lk scores each.
 void dense(const simd::AttnCall& a) {
     constexpr int64_t kDenseRows = 32;
     const int64_t lk = a.lk, dh = a.dh, cols = static_cast<int64_t>(a.hkv) * dh;
     const auto* k = static_cast<const float*>(a.k);
     const auto* v = static_cast<const float*>(a.v);
-    std::vector<float> kt(static_cast<size_t>(cols * lk));
+    thread_local KtScratch kt;
+    float* ktp = kt.get(static_cast<size_t>(cols * lk));
     num_threads();  // applies the global thread setting to this thread
     const bool par = a.lq * lk * a.hq * dh > (int64_t{1} << 16);
-    float* ktp = kt.data();
 #pragma omp parallel for schedule(static) if (par)
     for (int64_t c = 0; c < cols; ++c)  // column c of K (kv head c / dh, dim c % dh) becomes row c of Kᵀ
         for (int64_t r = 0; r < lk; ++r) ktp[c * lk + r] = k[r * a.ks + c];
@@ -57,6 +76,7 @@ void dense(const simd::AttnCall& a) {
                 simd::small_gemm_acc(m, dh, lk, 1.f, sc.data(), lk, v + g * dh, a.vs, o, a.os);
             }
     }
+    kt.done();
 }
 
 // Tasks are (kv head, block of query rows); causal blocks near the end see more keys, so the longest go first
