@@ -25,8 +25,8 @@ void check(const simd::AttnCall& a) {
     if (!a.q || !a.k || !a.v || !a.out) throw Error("attention_fast: null input or output");
 }
 
-// Kᵀ scratch of at least n floats, reused by the calls on this thread (a fresh zeroed buffer per call cost the
-// vision tower ~6 %: every block zeroed and faulted in MiBs); done() drops one larger than kKeepFloats.
+// Kᵀ scratch of at least n floats, reused by the calls on this thread (a fresh zeroed buffer per call cost
+// the vision tower ~6 %: every block zeroed and faulted in MiBs); done() drops one larger than kKeepFloats.
 class KtScratch {
 public:
     static constexpr size_t kKeepFloats = size_t{8} << 20;  // 32 MiB
