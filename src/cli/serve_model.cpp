@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
+#include "model/model_card.h"
 #include "model/serve_plan.h"
-#include "tools/describe_model.h"
 #include "tools/make_model.h"
 #include "util/error.h"
 #include "util/memory.h"

@@ -1,5 +1,6 @@
 // What `clef serve` loads (src/cli/cmd_serve.cpp runs the server): the engine, its card (from the tools'
-// model summary, tools/describe_model.h) and the memory its decisions may take (model/serve_plan.h); for
+// model summary, model/model_card.h describe_model) and the memory its decisions may take
+// (model/serve_plan.h); for
 // --demo, the tiny random model it writes first (tools/make_model.h).
 #pragma once
 

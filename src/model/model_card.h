@@ -1,5 +1,5 @@
 // What `clef serve` says about the model it serves (GET /v1/models, /api/tags, /api/show): the names it
-// answers to and the facts of its checkpoint. The loader fills the facts (tools/describe_model.h reads them
+// answers to and the facts of its checkpoint. The loader fills the facts (describe_model below reads them
 // from the files, the server adds what the loaded engine knows); the naming rules are here, so every layout
 // and every caller names a model the same way.
 #pragma once
@@ -37,7 +37,7 @@ struct ModelCard {
     std::string release_date;     // the publisher's release date ("YYYY-MM-DD"), "" when unknown
     uint64_t size_bytes = 0;      // the served files together
     std::string modified_at;      // the newest file's modification time (RFC 3339, UTC), "" when unknown
-    std::string digest;           // 64 hex digits identifying the files (tools/describe_model.h)
+    std::string digest;           // 64 hex digits identifying the files (describe_model)
     ModelConfig config;
     std::optional<HeadConfig> head;
 };
@@ -64,5 +64,14 @@ bool names_model(const std::vector<std::string>& names, std::string_view request
 
 // Ollama's human-readable parameter count: "9.5B", "27B", "1.2M", "950K".
 std::string parameter_size_text(int64_t params);
+
+// The card of a model from its files (the inventory of model/model_inventory.h; configs, safetensors
+// headers and GGUF metadata, no tensor data): format, quantisation, parameter count, context length, sizes,
+// modification time, and the name the checkpoint gives itself.
+// path: a model directory or GGUF file; head_dir: a qwen35 GGUF's joint head (as Engine::load takes it);
+// mmproj: a GGUF's vision tower file ("" for none). The names are left to served_names; `vision` says whether
+// the files hold a vision tower that loads with the model. Throws clef::Error as compute_model_info does.
+ModelCard describe_model(const std::string& path, const std::string& head_dir = "",
+                         const std::string& mmproj = "");
 
 }  // namespace clef

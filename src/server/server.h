@@ -46,11 +46,11 @@ struct ServerOptions {
     int threads = 0;           // kernel threads of the worker (0 = OMP_NUM_THREADS or the physical cores)
 };
 
-// What a loader hands the server: the engine and the card of its files (tools/describe_model.h). Without a
-// card the server describes the model from the engine alone (names, context length, vision; no file facts).
-// The memory a decision of N prompt tokens needs beside the weights (the memory plan, model/memory_plan.h),
-// and what the machine leaves for decisions: requests beyond it are refused (400) before they start, and
-// decisions in flight together stay within it. An empty `need` admits everything.
+// What a loader hands the server: the engine and the card of its files (model/model_card.h describe_model).
+// Without a card the server describes the model from the engine alone (names, context length, vision; no file
+// facts). The memory a decision of N prompt tokens needs beside the weights (the memory plan,
+// model/memory_plan.h), and what the machine leaves for decisions: requests beyond it are refused (400)
+// before they start, and decisions in flight together stay within it. An empty `need` admits everything.
 struct DecisionMemoryBudget {
     std::function<uint64_t(int64_t tokens)> need;
     uint64_t budget = 0;  // bytes for the decisions in flight
