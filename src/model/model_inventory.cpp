@@ -13,6 +13,7 @@
 #include "quant/file_type.h"
 #include "quant/quant.h"
 #include "util/error.h"
+#include "util/mmap.h"
 #include "util/text.h"
 
 namespace clef {
@@ -91,13 +92,6 @@ std::string relative_name(const std::string& path, const std::string& root) {
     std::string s = rel.string();
     if (s.empty() || starts_with(s, "..")) return path;
     return s;
-}
-
-uint64_t file_bytes(const std::string& path) {
-    std::error_code ec;
-    uintmax_t n = fs::file_size(path, ec);
-    if (ec) throw Error(path + ": cannot read the file size: " + ec.message());
-    return static_cast<uint64_t>(n);
 }
 
 // Counts per component and per dtype, gathered tensor by tensor.

@@ -15,19 +15,13 @@
 #include "ops/gemm.h"
 #include "quant/quant.h"
 #include "util/error.h"
+#include "util/mmap.h"
 
 namespace clef {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-uint64_t file_bytes(const std::string& path) {
-    std::error_code ec;
-    uintmax_t n = fs::file_size(path, ec);
-    if (ec) throw Error(path + ": cannot read the file size: " + ec.message());
-    return static_cast<uint64_t>(n);
-}
 
 // What a plan reads from a model's files, kept open so that plans of any size need no further reads.
 struct PlanSources {

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include "util/error.h"
@@ -66,6 +67,13 @@ void drop_mapped_pages(const void* p, size_t bytes) {
     const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
     const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
     if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+uint64_t file_bytes(const std::string& path) {
+    std::error_code ec;
+    const uintmax_t n = std::filesystem::file_size(path, ec);
+    if (ec) throw Error(path + ": cannot read the file size: " + ec.message());
+    return static_cast<uint64_t>(n);
 }
 
 }  // namespace clef

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace clef {
@@ -31,5 +32,8 @@ private:
 // (madvise MADV_DONTNEED; they are re-read from the file if used again). Advice only: on failure the pages
 // simply stay resident.
 void drop_mapped_pages(const void* p, size_t bytes);
+
+// The size of a file in bytes; throws clef::Error naming the path when it cannot be read.
+uint64_t file_bytes(const std::string& path);
 
 }  // namespace clef
