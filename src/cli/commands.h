@@ -76,5 +76,6 @@ void add_make_model_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_pull_command(CLI::App& app);
+void add_devices_command(CLI::App& app);
 
 }  // namespace clef

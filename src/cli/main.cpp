@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
     clef::add_convert_command(app);
     clef::add_bench_command(app);
     clef::add_pull_command(app);
+    clef::add_devices_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -1,0 +1,56 @@
+// Vulkan devices: what the machine offers (probe_vulkan) and which one a `--device` spec picks
+// (choose_device). The loader is opened at run time through volk (no link-time libvulkan), so a machine
+// without it runs on the CPU and says why. The Vulkan compute backend behind the device seam
+// (device/device.h) builds on this.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace clef::dev {
+
+struct VulkanHeap {
+    uint64_t bytes = 0;
+    bool device_local = false;
+};
+
+struct VulkanDeviceInfo {
+    int index = 0;     // vulkan:N
+    std::string name;  // VkPhysicalDeviceProperties::deviceName
+    std::string type;  // "discrete", "integrated", "virtual", "cpu" or "other"
+    std::string api_version, driver;
+    std::vector<VulkanHeap> heaps;
+    bool fp16 = false;         // shaderFloat16: fp16 arithmetic
+    bool int8 = false;         // shaderInt8: int8 arithmetic
+    bool storage16 = false;    // 16-bit storage buffers (fp16 / bf16 weights read as they are)
+    bool int_dot = false;      // shaderIntegerDotProduct (int8 dot products)
+    bool coop_matrix = false;  // VK_NV_cooperative_matrix or VK_KHR_cooperative_matrix (tensor cores)
+    uint32_t subgroup_size = 0;
+    uint32_t shared_memory = 0;      // maxComputeSharedMemorySize, bytes
+    uint64_t max_storage_range = 0;  // maxStorageBufferRange, bytes
+    uint64_t device_local_bytes() const;
+    bool gpu() const { return type == "discrete" || type == "integrated"; }
+};
+
+// The Vulkan devices of this machine. `error` says why there are none where the loader or an instance is
+// missing ("" when the loader answered, even with no devices).
+struct VulkanProbe {
+    std::vector<VulkanDeviceInfo> devices;
+    std::string error;
+};
+VulkanProbe probe_vulkan();
+
+// What `--device auto|cpu|vulkan[:N]` picks. auto: the first discrete GPU, else the first integrated one,
+// else the CPU (never a CPU-type Vulkan device such as lavapipe); vulkan: the best Vulkan device of any type
+// (GPU before virtual before CPU-type), the CPU when there is none; vulkan:N: that device. `reason` says why
+// the choice fell to the CPU ("" otherwise). Throws clef::Error for a malformed spec or a vulkan:N with no
+// such device.
+struct DeviceChoice {
+    bool vulkan = false;
+    int index = -1;  // the Vulkan device's index when vulkan
+    std::string reason;
+};
+DeviceChoice choose_device(const std::string& spec, const VulkanProbe& probe);
+
+}  // namespace clef::dev
