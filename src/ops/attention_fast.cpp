@@ -124,7 +124,8 @@ void memory_attention_fast(const float* q, int64_t lq, int heads, int64_t w, con
     const float scale = 1.f / std::sqrt(static_cast<float>(dh));
     // Row (i, h) of qt = scale · q_i,h · W_k,h: the query of head h in memory space ([lq][heads][w]).
     for (int64_t h = 0; h < heads; ++h)
-        small_gemm_acc(lq, w, dh, scale, q + h * dh, w, wk + h * dh * w, w, qt.data() + h * w, heads * w);
+        simd::small_gemm_acc(lq, w, dh, scale, q + h * dh, w, wk + h * dh * w, w, qt.data() + h * w,
+                             heads * w);
     // heads query heads of width w over one kv head, the memory rows as keys and values.
     attention_fast(qt.data(), heads * w, m, w, m, w, lq, T, heads, 1, static_cast<int>(w), 1.f, false,
                    ctx.data(), heads * w);
