@@ -143,6 +143,12 @@ public:
     // Host data in and out of device spans (dst.n / src.n elements). download() waits for the work before it.
     virtual void upload(Span dst, const void* src) = 0;
     virtual void download(void* dst, Span src) = 0;
+    // An F32 span's values on the host (a download into a new vector: traces, host-side scoring).
+    std::vector<float> read(Span src) {
+        std::vector<float> v(static_cast<size_t>(src.n));
+        download(v.data(), src);
+        return v;
+    }
     // Waits until every kernel queued so far has run (the CPU runs each at once).
     virtual void sync() = 0;
 

@@ -123,11 +123,6 @@ struct Backbone::Ctx {
     }
     dev::Tensor scratch(int64_t n) const { return s.scratch(n); }
     // A span's values on the host (traces).
-    std::vector<float> read(dev::Span x) const {
-        std::vector<float> v(static_cast<size_t>(x.n));
-        s.download(v.data(), x);
-        return v;
-    }
 };
 
 Backbone::~Backbone() = default;
@@ -350,14 +345,14 @@ void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const
             auto tm = c.time(&BackboneProfile::norms);
             c.rms_norm_zc(h.span(), T, H, L.input_norm, xn.span());
         }
-        if (trace) trace->layers[l].input_norm = c.read(xn.span());
+        if (trace) trace->layers[l].input_norm = c.s.read(xn.span());
         if (L.type == LayerType::LinearAttention)
             gdn_mixer(L, st.layers[l], xn.span(), T, c, mix.span(),
                       internals ? &trace->layers[l].gdn : nullptr);
         else
             attention_mixer(L, st.layers[l], xn.span(), T, c, mix.span(),
                             internals ? &trace->layers[l].attention : nullptr);
-        if (trace) trace->layers[l].mixer_out = c.read(mix.span());
+        if (trace) trace->layers[l].mixer_out = c.s.read(mix.span());
         {
             auto tm = c.time(&BackboneProfile::norms);
             c.s.add(h.span(), mix.span());
@@ -368,7 +363,7 @@ void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const
             auto tm = c.time(&BackboneProfile::norms);
             c.s.add(h.span(), mix.span());
         }
-        if (trace) trace->layers[l].layer_out = c.read(h.span());
+        if (trace) trace->layers[l].layer_out = c.s.read(h.span());
     }
     auto tm = c.time(&BackboneProfile::norms);
     c.rms_norm_zc(h.span(), T, H, final_norm_, xn.span());
@@ -438,18 +433,18 @@ void Backbone::gdn_mixer(const Layer& L, BackboneState::Layer& S, dev::Span xn, 
     }
 
     if (tr) {
-        tr->conv_silu = c.read(conv.span());
-        tr->q = c.read(q.span());
-        tr->k = c.read(k.span());
+        tr->conv_silu = c.s.read(conv.span());
+        tr->q = c.s.read(q.span());
+        tr->k = c.s.read(k.span());
         tr->v.resize(T * value_dim);
         for (int64_t t = 0; t < T; ++t)
             std::copy_n(tr->conv_silu.data() + t * conv_dim + 2 * key_dim, value_dim,
                         tr->v.data() + t * value_dim);
-        tr->z = c.read(z.span());
-        tr->beta = c.read(b.span());
-        tr->g = c.read(a.span());
-        tr->delta_out = c.read(o.span());
-        tr->gated_norm = c.read(y.span());
+        tr->z = c.s.read(z.span());
+        tr->beta = c.s.read(b.span());
+        tr->g = c.s.read(a.span());
+        tr->delta_out = c.s.read(o.span());
+        tr->gated_norm = c.s.read(y.span());
     }
 }
 
@@ -513,7 +508,7 @@ void Backbone::attention_mixer(const Layer& L, BackboneState::Layer& S, dev::Spa
         at.q = q.span(), at.k = kc.span(), at.v = vc.span(), at.out = attn.span();
         s.attention(at);
     }
-    if (tr) tr->attn = c.read(attn.span());
+    if (tr) tr->attn = c.s.read(attn.span());
     {
         auto tm = c.time(&BackboneProfile::attn_rope_norm);
         if (gated) s.sigmoid_mul(attn.span(), gate.span(), attn.span());
@@ -524,10 +519,10 @@ void Backbone::attention_mixer(const Layer& L, BackboneState::Layer& S, dev::Spa
     }
 
     if (tr) {
-        tr->q_rope = c.read(q.span());
-        tr->k_rope = c.read(k.span());
-        tr->v = c.read(v.span());
-        tr->gate = c.read(gate.span());
+        tr->q_rope = c.s.read(q.span());
+        tr->k_rope = c.s.read(k.span());
+        tr->v = c.s.read(v.span());
+        tr->gate = c.s.read(gate.span());
     }
 }
 

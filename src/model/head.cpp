@@ -179,11 +179,6 @@ struct Pass {
     dev::Tensor wrap(const std::vector<float>& v) const {
         return device.wrap(const_cast<float*>(v.data()), static_cast<int64_t>(v.size()));
     }
-    std::vector<float> read(dev::Span x) const {
-        std::vector<float> v(static_cast<size_t>(x.n));
-        s.download(v.data(), x);
-        return v;
-    }
     void linear(const Dense& d, dev::Span x, int64_t rows, dev::Span y) const { s.linear(*d, x, rows, y); }
     void norm(const Norm& n, dev::Span x, int64_t rows, dev::Span y) const {
         s.layer_norm(x, rows, n.d, n.w.span(), n.b.span(), 1e-5f, y);  // torch's default eps
@@ -552,7 +547,7 @@ void route_evidence(const Pass& p, const Weights& w, const HeadFeatures& ft, dev
         p.norm(l.feedforward_norm, r, N, x.span());
         feedforward(p, l.ff_in, l.ff_out, x.span(), N, tmp.span());
         p.s.add(r, tmp.span());
-        if (trace) trace->evidence_layers.push_back(p.read(r));
+        if (trace) trace->evidence_layers.push_back(p.s.read(r));
     }
 }
 
@@ -589,9 +584,9 @@ dev::Tensor field_vectors(const Pass& p, const Weights& w, const HeadFeatures& f
         p.s.add(f.at(i * W, W), w.type_embedding.at(questions[i].type * W, W));
     }
     if (trace) {
-        trace->question_projection = p.read(b.span());
-        trace->option_summary_norm = p.read(summary_norm.span());
-        trace->global_projection = p.read(global_proj.span());
+        trace->question_projection = p.s.read(b.span());
+        trace->option_summary_norm = p.s.read(summary_norm.span());
+        trace->global_projection = p.s.read(global_proj.span());
     }
     return f;
 }
@@ -620,7 +615,7 @@ void field_layers(const Pass& p, const Weights& w, const HeadFeatures& ft, dev::
         p.norm(l.norm3, f, Q, fx.span());
         feedforward(p, l.linear1, l.linear2, fx.span(), Q, ftmp.span());
         p.s.add(f, ftmp.span());
-        if (trace) trace->layers.push_back(p.read(f));
+        if (trace) trace->layers.push_back(p.s.read(f));
     }
 }
 
@@ -639,7 +634,7 @@ std::vector<float> score_question(const Pass& p, const Weights& w, const HeadFea
     const double anorm = std::max(std::sqrt(ss), kNormalizeEps);
     const dev::Tensor normed = p.scratch(n * W);
     p.norm(w.option_norm, r.at(first[i] * W, n * W), n, normed.span());
-    std::vector<float> options = p.read(normed.span());
+    std::vector<float> options = p.s.read(normed.span());
     double fss = 0.0;
     for (int64_t c = 0; c < W; ++c) fss += static_cast<double>(field[c]) * field[c];
     const double fnorm = std::max(std::sqrt(fss), kCosineEps);
@@ -673,7 +668,7 @@ std::vector<float> score_question(const Pass& p, const Weights& w, const HeadFea
     p.linear(w.scorer_in, x.span(), n, h.span());
     p.s.gelu(h.span(), n, false);
     p.linear(w.scorer_out, h.span(), n, res.span());
-    const std::vector<float> residual = p.read(res.span());
+    const std::vector<float> residual = p.s.read(res.span());
     std::vector<float> row(static_cast<size_t>(n));
     for (int64_t j = 0; j < n; ++j) row[j] = prior[j] + w.gate * (w.joint_scale * cosine[j] + residual[j]);
     if (trace) {
@@ -714,7 +709,7 @@ std::vector<std::vector<float>> JointHead::decide(const HeadFeatures& ft,
     field_layers(p, w, ft, f.span(), Q, trace);
     const dev::Tensor field_rows = p.scratch(Q * W);
     p.norm(w.field_norm, f.span(), Q, field_rows.span());
-    const std::vector<float> fields = p.read(field_rows.span());
+    const std::vector<float> fields = p.s.read(field_rows.span());
     if (trace) trace->field_norm = fields;
     std::vector<std::vector<float>> result;
     for (int64_t i = 0; i < Q; ++i)

@@ -151,11 +151,6 @@ struct VisionTower::Run {
     VisionTrace* trace;
     dev::Tensor x, xn, qkv, attn, tmp, mid;  // [N][H], [N][H], [N][3H], [N][H], [N][H], [rows][I]
     dev::Tensor cos, sin;                    // the rotary tables [N][head_dim/2]
-    std::vector<float> read(dev::Span sp) const {
-        std::vector<float> v(static_cast<size_t>(sp.n));
-        s.download(v.data(), sp);
-        return v;
-    }
 };
 
 // The learned position grid interpolated bilinearly (align_corners) to the image's patch grid (on the host,
@@ -193,7 +188,7 @@ void VisionTower::add_position_embedding(Run& r) const {
     r.trace->pos_embed.clear();
     for (int64_t t = 0; t < g.t; ++t)
         r.trace->pos_embed.insert(r.trace->pos_embed.end(), pos.begin(), pos.end());
-    r.trace->embeddings = r.read(r.x.span());
+    r.trace->embeddings = r.s.read(r.x.span());
 }
 
 // 2-D rotary tables [N][head_dim/2]: frequency i < head_dim/4 turns with the patch row, the next head_dim/4
@@ -255,15 +250,15 @@ void VisionTower::attention_block(const Block& b, Run& r, VisionTrace::Block* tb
     }
     s.linear(*b.proj, r.attn.span(), N, r.tmp.span());
     if (tb) {
-        tb->norm1 = r.read(r.xn.span());
-        const std::vector<float> qkv = r.read(r.qkv.span());
+        tb->norm1 = r.s.read(r.xn.span());
+        const std::vector<float> qkv = r.s.read(r.qkv.span());
         for (auto [dst, col] : {std::pair{&tb->q_rope, 0}, std::pair{&tb->k_rope, 1}, std::pair{&tb->v, 2}}) {
             dst->resize(static_cast<size_t>(N * H));
             for (int64_t n = 0; n < N; ++n)
                 std::copy_n(qkv.data() + n * 3 * H + col * H, H, dst->data() + n * H);
         }
-        tb->attn = r.read(r.attn.span());
-        tb->attn_out = r.read(r.tmp.span());
+        tb->attn = r.s.read(r.attn.span());
+        tb->attn_out = r.s.read(r.tmp.span());
     }
     s.add(r.x.span(), r.tmp.span());
 }
@@ -282,9 +277,9 @@ void VisionTower::mlp_block(const Block& b, Run& r, VisionTrace::Block* tb) cons
     }
     s.add(r.x.span(), r.tmp.span());
     if (tb) {
-        tb->norm2 = r.read(r.xn.span());
-        tb->mlp_out = r.read(r.tmp.span());
-        tb->block_out = r.read(r.x.span());
+        tb->norm2 = r.s.read(r.xn.span());
+        tb->mlp_out = r.s.read(r.tmp.span());
+        tb->block_out = r.s.read(r.x.span());
     }
 }
 
@@ -296,11 +291,11 @@ std::vector<float> VisionTower::merge(Run& r) const {
     s.layer_norm(r.x.span(), N, H, merger_norm_.w.span(), merger_norm_.b.span(), kNormEps, r.xn.span());
     dev::Tensor h1 = s.scratch(T * M2 * H), merged = s.scratch(T * cfg_.out_hidden_size);
     s.linear(*merger_fc1_, r.xn.span(), T, h1.span());  // xn viewed as [T][M2·H]
-    if (r.trace) r.trace->merger_norm = r.trace->merger_in = r.read(r.xn.span());
+    if (r.trace) r.trace->merger_norm = r.trace->merger_in = r.s.read(r.xn.span());
     s.gelu(h1.span(), T, false);
-    if (r.trace) r.trace->merger_fc1_gelu = r.read(h1.span());
+    if (r.trace) r.trace->merger_fc1_gelu = r.s.read(h1.span());
     s.linear(*merger_fc2_, h1.span(), T, merged.span());
-    std::vector<float> out = r.read(merged.span());
+    std::vector<float> out = r.s.read(merged.span());
     if (r.trace) r.trace->merged = out;
     return out;
 }
@@ -320,7 +315,7 @@ std::vector<float> VisionTower::forward(const float* pixel_values, int grid_t, i
         s.upload(px.span(), pixel_values);
         s.linear(*patch_embed_, px.span(), N, r.x.span());
     }
-    if (trace) trace->patch_embed = r.read(r.x.span());
+    if (trace) trace->patch_embed = r.s.read(r.x.span());
     add_position_embedding(r);
     rotary_tables(r);
     r.xn = s.scratch(N * H);
