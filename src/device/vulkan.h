@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,5 +53,20 @@ struct DeviceChoice {
     std::string reason;
 };
 DeviceChoice choose_device(const std::string& spec, const VulkanProbe& probe);
+
+}  // namespace clef::dev
+
+namespace clef::dev {
+
+class Device;
+
+// The Vulkan device `index` (device/vulkan.h numbering) behind the device seam (device/device.h): weights in
+// device memory in their file's type, every kernel a compute shader, one queue of kernels per stream that
+// runs when the host needs a result. Throws clef::Error when the device cannot be opened.
+std::unique_ptr<Device> open_vulkan(int index);
+
+// Messages of severity error the Khronos validation layer reported in this process (it is on where the
+// environment has CLEF_VULKAN_VALIDATION=1; 0 otherwise).
+int vulkan_validation_errors();
 
 }  // namespace clef::dev

@@ -1,0 +1,300 @@
+#include "device/vk_context.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "device/vk_shaders.h"
+#include "util/error.h"
+
+namespace clef::dev::vk {
+
+namespace {
+
+std::atomic<int> g_validation_errors{0};
+
+void check(VkResult r, const char* what) {
+    if (r == VK_SUCCESS) return;
+    if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY)
+        throw Error(fmt::format("vulkan: out of {} memory ({})", r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "device" : "host",
+                                what));
+    if (r == VK_ERROR_DEVICE_LOST) throw Error(fmt::format("vulkan: the device was lost ({})", what));
+    throw Error(fmt::format("vulkan: {} failed (VkResult {})", what, static_cast<int>(r)));
+}
+
+VKAPI_ATTR VkBool32 VKAPI_CALL on_message(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
+                                          VkDebugUtilsMessageTypeFlagsEXT, const VkDebugUtilsMessengerCallbackDataEXT* d,
+                                          void*) {
+    if (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) {
+        ++g_validation_errors;
+        spdlog::error("vulkan validation: {}", d->pMessage);
+    } else if (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT) {
+        spdlog::warn("vulkan validation: {}", d->pMessage);
+    }
+    return VK_FALSE;
+}
+
+bool validation_asked() {
+    const char* v = std::getenv("CLEF_VULKAN_VALIDATION");
+    return v && std::strcmp(v, "1") == 0;
+}
+
+}  // namespace
+
+Alloc::~Alloc() {
+    if (!ctx) return;
+    if (mapped) vkUnmapMemory(ctx->device(), mem);
+    if (buf) vkDestroyBuffer(ctx->device(), buf, nullptr);
+    if (mem) vkFreeMemory(ctx->device(), mem, nullptr);
+}
+
+int Context::validation_errors() {
+    return g_validation_errors.load();
+}
+
+Context::Context(int index) {
+    const VulkanProbe probe = probe_vulkan();  // opens the loader
+    if (!probe.error.empty()) throw Error("vulkan: " + probe.error);
+    if (index < 0 || index >= static_cast<int>(probe.devices.size()))
+        throw Error(fmt::format("vulkan: no device {}", index));
+    info_ = probe.devices[index];
+    try {
+        create_instance();
+        create_device(index);
+    } catch (...) {
+        release();
+        throw;
+    }
+}
+
+void Context::create_instance() {
+    VkApplicationInfo app{};
+    app.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO;
+    app.pApplicationName = "clef";
+    app.apiVersion = VK_API_VERSION_1_2;
+    VkInstanceCreateInfo ci{};
+    ci.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO;
+    ci.pApplicationInfo = &app;
+    const bool validate = validation_asked();
+    const char* layer = "VK_LAYER_KHRONOS_validation";
+    const char* ext = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
+    if (validate) {
+        ci.enabledLayerCount = 1, ci.ppEnabledLayerNames = &layer;
+        ci.enabledExtensionCount = 1, ci.ppEnabledExtensionNames = &ext;
+    }
+    check(vkCreateInstance(&ci, nullptr, &inst_), validate ? "instance with the validation layer" : "instance");
+    volkLoadInstance(inst_);
+    if (validate) {
+        VkDebugUtilsMessengerCreateInfoEXT m{};
+        m.sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT;
+        m.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT;
+        m.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                        VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
+        m.pfnUserCallback = on_message;
+        check(vkCreateDebugUtilsMessengerEXT(inst_, &m, nullptr, &messenger_), "debug messenger");
+    }
+}
+
+void Context::create_device(int index) {
+    uint32_t n = 0;
+    vkEnumeratePhysicalDevices(inst_, &n, nullptr);
+    std::vector<VkPhysicalDevice> pds(n);
+    vkEnumeratePhysicalDevices(inst_, &n, pds.data());
+    if (index >= static_cast<int>(n)) throw Error(fmt::format("vulkan: no device {}", index));
+    pd_ = pds[index];
+    vkGetPhysicalDeviceMemoryProperties(pd_, &mem_);
+
+    uint32_t nq = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(pd_, &nq, nullptr);
+    std::vector<VkQueueFamilyProperties> qf(nq);
+    vkGetPhysicalDeviceQueueFamilyProperties(pd_, &nq, qf.data());
+    queue_family_ = nq;
+    for (uint32_t i = 0; i < nq && queue_family_ == nq; ++i)
+        if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) queue_family_ = i;
+    if (queue_family_ == nq) throw Error("vulkan: " + info_.name + " has no compute queue");
+
+    const float prio = 1.f;
+    VkDeviceQueueCreateInfo q{};
+    q.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
+    q.queueFamilyIndex = queue_family_, q.queueCount = 1, q.pQueuePriorities = &prio;
+    const char* ext = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
+    VkDeviceCreateInfo ci{};
+    ci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
+    ci.queueCreateInfoCount = 1, ci.pQueueCreateInfos = &q;
+    ci.enabledExtensionCount = 1, ci.ppEnabledExtensionNames = &ext;
+    check(vkCreateDevice(pd_, &ci, nullptr, &dev_), "device (push descriptors)");
+    volkLoadDevice(dev_);
+    vkGetDeviceQueue(dev_, queue_family_, 0, &queue_);
+    VkCommandPoolCreateInfo pc{};
+    pc.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
+    pc.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+    pc.queueFamilyIndex = queue_family_;
+    check(vkCreateCommandPool(dev_, &pc, nullptr, &pool_), "command pool");
+}
+
+Context::~Context() {
+    release();
+}
+
+void Context::release() {
+    if (dev_) {
+        vkDeviceWaitIdle(dev_);
+        for (auto& [name, p] : pipelines_) {
+            vkDestroyPipeline(dev_, p.pipeline, nullptr);
+            vkDestroyPipelineLayout(dev_, p.layout, nullptr);
+            vkDestroyDescriptorSetLayout(dev_, p.set_layout, nullptr);
+        }
+        pipelines_.clear();
+        if (pool_) vkDestroyCommandPool(dev_, pool_, nullptr);
+        vkDestroyDevice(dev_, nullptr);
+        dev_ = VK_NULL_HANDLE;
+    }
+    if (messenger_) vkDestroyDebugUtilsMessengerEXT(inst_, messenger_, nullptr);
+    messenger_ = VK_NULL_HANDLE;
+    if (inst_) vkDestroyInstance(inst_, nullptr);
+    inst_ = VK_NULL_HANDLE;
+}
+
+uint32_t Context::memory_type(uint32_t bits, bool host_visible) const {
+    const VkMemoryPropertyFlags want = host_visible
+                                           ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
+                                           : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
+    for (uint32_t i = 0; i < mem_.memoryTypeCount; ++i)
+        if ((bits & (1u << i)) && (mem_.memoryTypes[i].propertyFlags & want) == want) return i;
+    if (!host_visible)  // no device-local type: any type the buffer allows
+        for (uint32_t i = 0; i < mem_.memoryTypeCount; ++i)
+            if (bits & (1u << i)) return i;
+    throw Error(fmt::format("vulkan: {} has no {} memory for buffers", info_.name,
+                            host_visible ? "host-visible" : "device"));
+}
+
+std::shared_ptr<Alloc> Context::alloc(uint64_t bytes, bool host_visible) {
+    auto a = std::make_shared<Alloc>();
+    a->ctx = this;
+    a->bytes = std::max<uint64_t>(bytes, 16);
+    if (a->bytes > info_.max_storage_range)
+        throw Error(fmt::format("vulkan: a buffer of {} bytes is over {}'s storage buffer range of {} bytes",
+                                a->bytes, info_.name, info_.max_storage_range));
+    VkBufferCreateInfo bi{};
+    bi.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
+    bi.size = a->bytes;
+    bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    check(vkCreateBuffer(dev_, &bi, nullptr, &a->buf), "buffer");
+    VkMemoryRequirements req{};
+    vkGetBufferMemoryRequirements(dev_, a->buf, &req);
+    VkMemoryAllocateInfo ai{};
+    ai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
+    ai.allocationSize = req.size;
+    ai.memoryTypeIndex = memory_type(req.memoryTypeBits, host_visible);
+    check(vkAllocateMemory(dev_, &ai, nullptr, &a->mem), fmt::format("{} bytes", req.size).c_str());
+    check(vkBindBufferMemory(dev_, a->buf, a->mem, 0), "binding buffer memory");
+    if (host_visible) check(vkMapMemory(dev_, a->mem, 0, VK_WHOLE_SIZE, 0, &a->mapped), "mapping memory");
+    return a;
+}
+
+const Pipeline& Context::pipeline(const std::string& name, uint32_t bindings) {
+    std::lock_guard<std::mutex> lk(pipe_mu_);
+    if (auto it = pipelines_.find(name); it != pipelines_.end()) return it->second;
+    const Spirv* code = find_spirv(name);
+    if (!code) throw Error("vulkan: no kernel named " + name);
+    Pipeline p;
+    p.bindings = bindings;
+    std::vector<VkDescriptorSetLayoutBinding> b(bindings);
+    for (uint32_t i = 0; i < bindings; ++i) {
+        b[i].binding = i;
+        b[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        b[i].descriptorCount = 1;
+        b[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+    }
+    VkDescriptorSetLayoutCreateInfo dl{};
+    dl.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO;
+    dl.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
+    dl.bindingCount = bindings, dl.pBindings = b.data();
+    check(vkCreateDescriptorSetLayout(dev_, &dl, nullptr, &p.set_layout), "descriptor set layout");
+    VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, 128};
+    VkPipelineLayoutCreateInfo pl{};
+    pl.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO;
+    pl.setLayoutCount = 1, pl.pSetLayouts = &p.set_layout;
+    pl.pushConstantRangeCount = 1, pl.pPushConstantRanges = &range;
+    check(vkCreatePipelineLayout(dev_, &pl, nullptr, &p.layout), "pipeline layout");
+    VkShaderModuleCreateInfo sm{};
+    sm.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
+    sm.codeSize = code->count * 4, sm.pCode = code->words;
+    VkShaderModule module = VK_NULL_HANDLE;
+    check(vkCreateShaderModule(dev_, &sm, nullptr, &module), ("shader module " + name).c_str());
+    VkComputePipelineCreateInfo cp{};
+    cp.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO;
+    cp.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+    cp.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    cp.stage.module = module;
+    cp.stage.pName = "main";
+    cp.layout = p.layout;
+    const VkResult r = vkCreateComputePipelines(dev_, VK_NULL_HANDLE, 1, &cp, nullptr, &p.pipeline);
+    vkDestroyShaderModule(dev_, module, nullptr);
+    check(r, ("compute pipeline " + name).c_str());
+    return pipelines_.emplace(name, p).first->second;
+}
+
+VkCommandBuffer Context::new_command_buffer() {
+    std::lock_guard<std::mutex> lk(pool_mu_);
+    VkCommandBufferAllocateInfo ai{};
+    ai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+    ai.commandPool = pool_, ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, ai.commandBufferCount = 1;
+    VkCommandBuffer cb = VK_NULL_HANDLE;
+    check(vkAllocateCommandBuffers(dev_, &ai, &cb), "command buffer");
+    return cb;
+}
+
+void Context::free_command_buffer(VkCommandBuffer cb) {
+    std::lock_guard<std::mutex> lk(pool_mu_);
+    vkFreeCommandBuffers(dev_, pool_, 1, &cb);
+}
+
+VkFence Context::new_fence() {
+    VkFenceCreateInfo fi{};
+    fi.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO;
+    VkFence f = VK_NULL_HANDLE;
+    check(vkCreateFence(dev_, &fi, nullptr, &f), "fence");
+    return f;
+}
+
+void Context::submit_and_wait(VkCommandBuffer cb, VkFence fence) {
+    VkSubmitInfo si{};
+    si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
+    si.commandBufferCount = 1, si.pCommandBuffers = &cb;
+    {
+        std::lock_guard<std::mutex> lk(queue_mu_);
+        check(vkQueueSubmit(queue_, 1, &si, fence), "queue submit");
+    }
+    check(vkWaitForFences(dev_, 1, &fence, VK_TRUE, UINT64_MAX), "waiting for the device");
+    check(vkResetFences(dev_, 1, &fence), "fence reset");
+}
+
+void Context::write(const Alloc& dst, uint64_t dst_off, const void* src, uint64_t bytes) {
+    if (bytes == 0) return;
+    const std::shared_ptr<Alloc> stage = alloc(bytes, true);
+    std::memcpy(stage->mapped, src, bytes);
+    VkCommandBuffer cb = new_command_buffer();
+    VkFence fence = new_fence();
+    VkCommandBufferBeginInfo bi{};
+    bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    vkBeginCommandBuffer(cb, &bi);
+    const VkBufferCopy region{0, dst_off, bytes};
+    vkCmdCopyBuffer(cb, stage->buf, dst.buf, 1, &region);
+    vkEndCommandBuffer(cb);
+    try {
+        submit_and_wait(cb, fence);
+    } catch (...) {
+        vkDestroyFence(dev_, fence, nullptr);
+        free_command_buffer(cb);
+        throw;
+    }
+    vkDestroyFence(dev_, fence, nullptr);
+    free_command_buffer(cb);
+}
+
+}  // namespace clef::dev::vk

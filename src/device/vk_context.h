@@ -1,0 +1,96 @@
+// The Vulkan plumbing under the Vulkan device (device/vk_device.cpp): one logical device with one compute
+// queue, device memory as buffers (Alloc), the embedded SPIR-V kernels as compute pipelines (built on first
+// use, bound with push descriptors and push constants), and one-shot transfers for weights. The loader is
+// opened at run time through volk (device/vulkan.cpp).
+#pragma once
+
+#define VK_NO_PROTOTYPES
+#include <volk.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "device/vulkan.h"
+
+namespace clef::dev::vk {
+
+class Context;
+
+// One VkBuffer with its own memory. Device memory unless `host_visible` (staging: mapped for the life of the
+// buffer).
+struct Alloc {
+    Context* ctx = nullptr;
+    VkBuffer buf = VK_NULL_HANDLE;
+    VkDeviceMemory mem = VK_NULL_HANDLE;
+    uint64_t bytes = 0;
+    void* mapped = nullptr;
+    Alloc() = default;
+    Alloc(const Alloc&) = delete;
+    Alloc& operator=(const Alloc&) = delete;
+    ~Alloc();
+};
+
+// A compute pipeline of one embedded kernel and its layouts.
+struct Pipeline {
+    VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+    VkPipelineLayout layout = VK_NULL_HANDLE;
+    VkPipeline pipeline = VK_NULL_HANDLE;
+    uint32_t bindings = 0;
+};
+
+class Context {
+public:
+    // Opens Vulkan device `index` (device/vulkan.h numbering). With the environment variable
+    // CLEF_VULKAN_VALIDATION=1 the Khronos validation layer checks every call and validation_errors() counts
+    // what it reports. Throws clef::Error when the device cannot be opened.
+    explicit Context(int index);
+    ~Context();
+    Context(const Context&) = delete;
+    Context& operator=(const Context&) = delete;
+
+    const VulkanDeviceInfo& info() const { return info_; }
+    VkDevice device() const { return dev_; }
+    uint64_t max_range() const { return info_.max_storage_range; }
+    // Storage buffer of `bytes` (at least 16) in device memory, or host-visible coherent memory for staging.
+    // Throws clef::Error naming the size when the device is out of memory.
+    std::shared_ptr<Alloc> alloc(uint64_t bytes, bool host_visible = false);
+    // The pipeline of an embedded kernel (device/vk_shaders.h: its name) with `bindings` storage buffers,
+    // built on first use.
+    const Pipeline& pipeline(const std::string& name, uint32_t bindings);
+
+    VkCommandBuffer new_command_buffer();
+    void free_command_buffer(VkCommandBuffer cb);
+    // Submits a recorded command buffer and waits for it (the queue is shared: one submission at a time).
+    void submit_and_wait(VkCommandBuffer cb, VkFence fence);
+    VkFence new_fence();
+    // dst[dst_off ..] = bytes of host memory, through a staging buffer, waiting for the copy.
+    void write(const Alloc& dst, uint64_t dst_off, const void* src, uint64_t bytes);
+
+    // Messages of severity error the validation layer reported (0 without the layer).
+    static int validation_errors();
+
+private:
+    void create_instance();
+    void release();  // the handles, in reverse order of creation
+    void create_device(int index);
+    uint32_t memory_type(uint32_t bits, bool host_visible) const;
+
+    VulkanDeviceInfo info_;
+    VkInstance inst_ = VK_NULL_HANDLE;
+    VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
+    VkPhysicalDevice pd_ = VK_NULL_HANDLE;
+    VkDevice dev_ = VK_NULL_HANDLE;
+    VkQueue queue_ = VK_NULL_HANDLE;
+    uint32_t queue_family_ = 0;
+    VkCommandPool pool_ = VK_NULL_HANDLE;
+    VkPhysicalDeviceMemoryProperties mem_{};
+    std::mutex queue_mu_, pool_mu_, pipe_mu_;
+    std::map<std::string, Pipeline> pipelines_;
+};
+
+}  // namespace clef::dev::vk

@@ -1,0 +1,623 @@
+// The Vulkan device behind the seam (device/device.h): buffers in device memory, weights in their file's
+// type, every kernel a compute shader of src/device/shaders. A stream records its kernels into one command
+// buffer, each followed by a barrier, and runs them when the host needs a result (download, sync): one
+// submission per host read. Host arrays wrapped for a run (the backbone's recurrent state and K/V cache) are
+// copied in when a stream first uses them and, where a kernel wrote them, copied back at that stream's sync.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "device/device.h"
+#include "device/vk_context.h"
+#include "device/vulkan.h"
+#include "util/error.h"
+
+namespace clef::dev {
+
+namespace {
+
+using vk::Alloc;
+using vk::Context;
+
+uint64_t elem_bytes(Elem e) {
+    return e == Elem::F32 ? 4 : 2;
+}
+
+// Free scratch allocations by power-of-two size class. A stream's pool hands a freed allocation to the
+// stream's later kernels at once (they run after the earlier ones, barrier by barrier); when the stream has
+// finished, what it freed goes to the device's pool, which every stream draws from.
+class Pool {
+public:
+    Pool(Context& ctx, std::shared_ptr<Pool> parent) : ctx_(ctx), parent_(std::move(parent)) {}
+    static uint64_t size_class(uint64_t bytes) {
+        uint64_t c = 4096;
+        while (c < bytes) c <<= 1;
+        return c;
+    }
+    std::shared_ptr<Alloc> take(uint64_t bytes) {
+        const uint64_t c = std::min(size_class(bytes), std::max<uint64_t>(bytes, ctx_.max_range()));
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            auto& v = free_[c];
+            if (!v.empty()) {
+                auto a = std::move(v.back());
+                v.pop_back();
+                return a;
+            }
+        }
+        if (parent_) return parent_->take(bytes);
+        return ctx_.alloc(c);
+    }
+    void give(std::shared_ptr<Alloc> a) {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (closed_ && parent_) return parent_->give(std::move(a));
+        free_[a->bytes].push_back(std::move(a));
+    }
+    // The stream's work is done: its free allocations (and later ones) go to the device's pool.
+    void close() {
+        std::lock_guard<std::mutex> lk(mu_);
+        closed_ = true;
+        if (!parent_) return;
+        for (auto& [c, v] : free_)
+            for (auto& a : v) parent_->give(std::move(a));
+        free_.clear();
+    }
+
+private:
+    Context& ctx_;
+    std::shared_ptr<Pool> parent_;
+    std::mutex mu_;
+    bool closed_ = false;
+    std::map<uint64_t, std::vector<std::shared_ptr<Alloc>>> free_;
+};
+
+// A host array wrapped for a run: its device copy, and whether a stream has copied it in / written it.
+struct Wrapped {
+    std::shared_ptr<Alloc> a;
+    void* host = nullptr;
+    uint64_t bytes = 0;
+    bool on_device = false;
+    bool dirty = false;  // a kernel or upload wrote the device copy
+};
+
+class DeviceBuffer final : public Buffer {
+public:
+    DeviceBuffer(std::shared_ptr<Alloc> a, std::shared_ptr<Pool> pool) : a_(std::move(a)), pool_(std::move(pool)) {}
+    explicit DeviceBuffer(std::shared_ptr<Wrapped> w) : a_(w->a), wrapped_(std::move(w)) {}
+    ~DeviceBuffer() override {
+        if (pool_) pool_->give(std::move(a_));
+    }
+    size_t bytes() const override { return a_->bytes; }
+    void* host() override { return nullptr; }
+    const std::shared_ptr<Alloc>& alloc() const { return a_; }
+    const std::shared_ptr<Wrapped>& wrapped() const { return wrapped_; }
+
+private:
+    std::shared_ptr<Alloc> a_;
+    std::shared_ptr<Pool> pool_;
+    std::shared_ptr<Wrapped> wrapped_;
+};
+
+DeviceBuffer& vk_buffer(const Span& s) {
+    auto* b = dynamic_cast<DeviceBuffer*>(s.buf);
+    if (!b) throw Error("vulkan: a kernel was given a buffer of another device");
+    return *b;
+}
+
+// A weight matrix in device memory: row blocks of at most the device's storage range, each in the file's
+// type (kernel linear_<type>), and the bias.
+class VkMatrix final : public Matrix {
+public:
+    struct Part {
+        std::shared_ptr<Alloc> w;
+        int64_t row0 = 0, rows = 0;
+    };
+    int64_t out() const override { return out_; }
+    int64_t in() const override { return in_; }
+    size_t resident_bytes() const override {
+        size_t b = 0;
+        for (const Part& p : parts_) b += p.w->bytes;
+        return b;
+    }
+    bool streamed() const override { return false; }
+
+    int64_t out_ = 0, in_ = 0;
+    std::string kernel;
+    std::vector<Part> parts_;
+    std::shared_ptr<Alloc> bias;
+};
+
+// 32-bit push constants, in the order the shader's block declares them.
+struct Push {
+    uint32_t w[32] = {};
+    uint32_t n = 0;
+    Push& u(int64_t v) {
+        if (v < 0 || v > 0xffffffffLL) throw Error(fmt::format("vulkan: {} does not fit a 32-bit kernel argument", v));
+        w[n++] = static_cast<uint32_t>(v);
+        return *this;
+    }
+    Push& f(float v) {
+        std::memcpy(&w[n++], &v, 4);
+        return *this;
+    }
+};
+
+struct Grid {
+    uint32_t x = 1, y = 1, z = 1;
+};
+
+// Workgroups for `items` items of `per` invocations each, split over x and y (65,535 per dimension).
+Grid grid_for(int64_t items) {
+    const int64_t x = std::min<int64_t>(std::max<int64_t>(items, 1), 65535);
+    return {static_cast<uint32_t>(x), static_cast<uint32_t>((items + x - 1) / x), 1};
+}
+Grid grid_1d(int64_t n, int64_t local = 256) {
+    return grid_for((n + local - 1) / local);
+}
+
+class VulkanDevice;
+
+class VkStream final : public Stream {
+public:
+    VkStream(VulkanDevice& d, const StreamOptions& o);
+    ~VkStream() override;
+    const StreamOptions& options() const override { return opt_; }
+    Tensor scratch(int64_t n, Elem e) override;
+    void upload(Span dst, const void* src) override;
+    void download(void* dst, Span src) override;
+    void sync() override;
+
+    void linear(const Matrix& w, Span x, int64_t m, Span y) override;
+    void rms_norm(Span x, int64_t rows, int64_t d, Span w, float eps, bool zc, Span y) override {
+        norm(x, rows, d, 1, d, w, {}, y, 0, w.empty() ? 0 : zc ? 2 : 1, 0, eps, 1.f);
+    }
+    void layer_norm(Span x, int64_t rows, int64_t d, Span w, Span b, float eps, Span y) override {
+        norm(x, rows, d, 1, d, w, b, y, 1, 0, 0, eps, 1.f);
+    }
+    void gelu(Span x, int64_t, bool tanh) override { elementwise(tanh ? 4 : 3, x, {}, {}); }
+    void add(Span h, Span x) override { elementwise(0, h, x, {}); }
+    void silu_mul(Span gate, Span up, Span out) override { elementwise(1, gate, up, out); }
+    void sigmoid_mul(Span x, Span gate, Span out) override { elementwise(2, x, gate, out); }
+    void conv1d_silu(Span x, int64_t T, int64_t C, Span w, int K, Span state, Span y) override;
+    void l2_norm_heads(Span x, int64_t x_ld, int64_t T, int heads, int d, float eps, float scale,
+                       Span y) override {
+        norm(x, T * heads, d, heads, x_ld, {}, {}, y, 2, 0, 0, eps, scale);
+    }
+    void gdn_gates(Span b, Span a, int64_t T, int Hv, Span A_log, Span dt_bias) override;
+    void delta_rule(const DeltaRule& d) override;
+    void rms_norm_gated(Span x, Span z, int64_t rows, int64_t d, Span w, float eps, ops::NormGate gate,
+                        Span y) override {
+        norm(x, rows, d, 1, d, w, z, y, 0, 1, gate == ops::NormGate::Silu ? 1 : 2, eps, 1.f);
+    }
+    void split_query_gate(Span qg, int64_t T, int nh, int hd, Span q, Span gate) override;
+    void rope(Span x, int64_t T, int heads, int hd, int64_t ld, int rotary_dim, Span cos, Span sin) override;
+    void copy(Span src, Span dst) override;
+    void attention(const Attention& a) override;
+    void memory_attention(Span q, int64_t lq, int heads, int64_t w, Span wk, Span wv, Span bv, Span m,
+                          int64_t T, Span out) override;
+
+private:
+    void begin();
+    void barrier();
+    // Records one kernel over `spans` (binding i = spans[i]; `written` marks the ones it writes).
+    void dispatch(const std::string& kernel, std::initializer_list<Span> spans, uint32_t written, const Push& pc,
+                  Grid g);
+    DeviceBuffer& use(const Span& s, bool written);
+    // `bytes` of this run's staging memory: the buffer and the offset in it.
+    std::pair<Alloc*, uint64_t> stage(uint64_t bytes);
+    void elementwise(uint32_t op, Span a, Span b, Span c);
+    void norm(Span x, int64_t rows, int64_t d, int64_t per, int64_t x_ld, Span w, Span bz, Span y, uint32_t kind,
+              uint32_t wmode, uint32_t gate, float eps, float scale);
+
+    VulkanDevice& dev_;
+    Context& ctx_;
+    StreamOptions opt_;
+    std::shared_ptr<Pool> pool_;
+    VkCommandBuffer cb_ = VK_NULL_HANDLE;
+    VkFence fence_ = VK_NULL_HANDLE;
+    bool recording_ = false;
+    std::vector<std::shared_ptr<Alloc>> staging_;
+    uint64_t staging_used_ = 0;  // in staging_.back()
+    std::vector<std::shared_ptr<Wrapped>> wrapped_;
+    std::vector<std::shared_ptr<Alloc>> held_;  // every allocation the recorded kernels use
+    struct Readback {
+        void* host;
+        Alloc* stage;
+        uint64_t off, bytes;
+    };
+    std::vector<Readback> readbacks_;
+};
+
+class VulkanDevice final : public Device {
+public:
+    explicit VulkanDevice(int index)
+        : ctx_(index), pool_(std::make_shared<Pool>(ctx_, nullptr)), dummy_(ctx_.alloc(16)) {}
+    std::string name() const override { return ctx_.info().name; }
+    bool is_cpu() const override { return false; }
+    Tensor vector(std::vector<float> v) override {
+        auto a = ctx_.alloc(v.size() * 4);
+        ctx_.write(*a, 0, v.data(), v.size() * 4);
+        return Tensor(std::make_unique<DeviceBuffer>(std::move(a), nullptr), static_cast<int64_t>(v.size()));
+    }
+    std::unique_ptr<Matrix> matrix(const MatrixSource& src) override;
+    Tensor wrap(void* host, int64_t n, Elem e) override {
+        auto w = std::make_shared<Wrapped>();
+        w->bytes = static_cast<uint64_t>(std::max<int64_t>(n, 0)) * elem_bytes(e);
+        w->a = ctx_.alloc(w->bytes);
+        w->host = host;
+        return Tensor(std::make_unique<DeviceBuffer>(std::move(w)), n, e);
+    }
+    std::unique_ptr<Stream> stream(const StreamOptions& opt) override {
+        return std::make_unique<VkStream>(*this, opt);
+    }
+
+    Context ctx_;
+    std::shared_ptr<Pool> pool_;
+    std::shared_ptr<Alloc> dummy_;  // bound where a kernel's optional input is absent
+
+private:
+    void upload_rows(VkMatrix& m, const std::vector<unsigned char>& bytes, uint64_t row_bytes);
+};
+
+// ---- the stream's recording ----
+
+VkStream::VkStream(VulkanDevice& d, const StreamOptions& o)
+    : dev_(d), ctx_(d.ctx_), opt_(o), pool_(std::make_shared<Pool>(d.ctx_, d.pool_)) {
+    cb_ = ctx_.new_command_buffer();
+    fence_ = ctx_.new_fence();
+}
+
+VkStream::~VkStream() {
+    try {
+        sync();
+    } catch (const std::exception&) {  // a lost device: the owner saw the error at its own sync or download
+    }
+    vkDestroyFence(ctx_.device(), fence_, nullptr);
+    ctx_.free_command_buffer(cb_);
+    pool_->close();
+}
+
+void VkStream::begin() {
+    if (recording_) return;
+    VkCommandBufferBeginInfo bi{};
+    bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    vkBeginCommandBuffer(cb_, &bi);
+    recording_ = true;
+}
+
+void VkStream::barrier() {
+    VkMemoryBarrier mb{};
+    mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                       VK_ACCESS_TRANSFER_WRITE_BIT;
+    const VkPipelineStageFlags st = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    vkCmdPipelineBarrier(cb_, st, st, 0, 1, &mb, 0, nullptr, 0, nullptr);
+}
+
+std::pair<Alloc*, uint64_t> VkStream::stage(uint64_t bytes) {
+    bytes = (bytes + 15) & ~uint64_t{15};
+    if (staging_.empty() || staging_used_ + bytes > staging_.back()->bytes) {
+        staging_.push_back(ctx_.alloc(std::max<uint64_t>(bytes, uint64_t{8} << 20), true));
+        staging_used_ = 0;
+    }
+    const uint64_t off = staging_used_;
+    staging_used_ += bytes;
+    return {staging_.back().get(), off};
+}
+
+DeviceBuffer& VkStream::use(const Span& s, bool written) {
+    DeviceBuffer& b = vk_buffer(s);
+    begin();
+    held_.push_back(b.alloc());
+    if (const auto& w = b.wrapped()) {
+        if (std::find(wrapped_.begin(), wrapped_.end(), w) == wrapped_.end()) wrapped_.push_back(w);
+        if (!w->on_device && w->bytes > 0) {  // copied in before its first kernel
+            const auto [st, off] = stage(w->bytes);
+            std::memcpy(static_cast<unsigned char*>(st->mapped) + off, w->host, w->bytes);
+            const VkBufferCopy region{off, 0, w->bytes};
+            vkCmdCopyBuffer(cb_, st->buf, w->a->buf, 1, &region);
+            barrier();
+            w->on_device = true;
+        }
+        w->dirty = w->dirty || written;
+    }
+    return b;
+}
+
+void VkStream::dispatch(const std::string& kernel, std::initializer_list<Span> spans, uint32_t written,
+                        const Push& pc, Grid g) {
+    const vk::Pipeline& p = ctx_.pipeline(kernel, static_cast<uint32_t>(spans.size()));
+    std::vector<VkDescriptorBufferInfo> infos;
+    uint32_t i = 0;
+    for (const Span& s : spans) {
+        ::VkBuffer buf = dev_.dummy_->buf;
+        if (s.buf) buf = use(s, (written >> i) & 1).alloc()->buf;
+        infos.push_back({buf, 0, VK_WHOLE_SIZE});
+        ++i;
+    }
+    begin();
+    std::vector<VkWriteDescriptorSet> writes(infos.size());
+    for (size_t b = 0; b < infos.size(); ++b) {
+        writes[b].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+        writes[b].dstBinding = static_cast<uint32_t>(b);
+        writes[b].descriptorCount = 1;
+        writes[b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        writes[b].pBufferInfo = &infos[b];
+    }
+    vkCmdBindPipeline(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
+    vkCmdPushDescriptorSetKHR(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, static_cast<uint32_t>(writes.size()),
+                              writes.data());
+    vkCmdPushConstants(cb_, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, pc.n * 4, pc.w);
+    vkCmdDispatch(cb_, g.x, g.y, g.z);
+    barrier();
+}
+
+Tensor VkStream::scratch(int64_t n, Elem e) {
+    const uint64_t bytes = static_cast<uint64_t>(std::max<int64_t>(n, 0)) * elem_bytes(e);
+    return Tensor(std::make_unique<DeviceBuffer>(pool_->take(bytes), pool_), n, e);
+}
+
+void VkStream::upload(Span dst, const void* src) {
+    const uint64_t bytes = static_cast<uint64_t>(dst.n) * elem_bytes(dst.elem);
+    if (bytes == 0) return;
+    DeviceBuffer& b = use(dst, true);
+    const auto [st, off] = stage(bytes);
+    std::memcpy(static_cast<unsigned char*>(st->mapped) + off, src, bytes);
+    const VkBufferCopy region{off, static_cast<uint64_t>(dst.off) * elem_bytes(dst.elem), bytes};
+    vkCmdCopyBuffer(cb_, st->buf, b.alloc()->buf, 1, &region);
+    barrier();
+}
+
+void VkStream::download(void* dst, Span src) {
+    const uint64_t bytes = static_cast<uint64_t>(src.n) * elem_bytes(src.elem);
+    if (bytes > 0) {
+        DeviceBuffer& b = use(src, false);
+        const auto [st, off] = stage(bytes);
+        const VkBufferCopy region{static_cast<uint64_t>(src.off) * elem_bytes(src.elem), off, bytes};
+        vkCmdCopyBuffer(cb_, b.alloc()->buf, st->buf, 1, &region);
+        barrier();
+        readbacks_.push_back({dst, st, off, bytes});
+    }
+    sync();
+}
+
+void VkStream::sync() {
+    if (!recording_) return;
+    for (const auto& w : wrapped_) {  // the wrapped arrays the kernels wrote, back to the host
+        if (w->bytes == 0 || !w->dirty) continue;
+        const auto [st, off] = stage(w->bytes);
+        const VkBufferCopy region{0, off, w->bytes};
+        vkCmdCopyBuffer(cb_, w->a->buf, st->buf, 1, &region);
+        readbacks_.push_back({w->host, st, off, w->bytes});
+    }
+    vkEndCommandBuffer(cb_);
+    recording_ = false;
+    const auto done = [&] {
+        for (const auto& w : wrapped_) w->on_device = w->dirty = false;
+        wrapped_.clear();
+        held_.clear();
+        readbacks_.clear();
+        staging_used_ = 0;
+        if (staging_.size() > 1) staging_.erase(staging_.begin(), staging_.end() - 1);
+        vkResetCommandBuffer(cb_, 0);
+    };
+    try {
+        ctx_.submit_and_wait(cb_, fence_);
+    } catch (...) {
+        done();
+        throw;
+    }
+    for (const Readback& r : readbacks_)
+        std::memcpy(r.host, static_cast<const unsigned char*>(r.stage->mapped) + r.off, r.bytes);
+    done();
+}
+
+// ---- kernels ----
+
+void VkStream::elementwise(uint32_t op, Span a, Span b, Span c) {
+    const int64_t n = a.n;
+    if (n == 0) return;
+    const uint32_t written = op == 0 || op == 3 || op == 4 ? 1u : 4u;
+    dispatch("elementwise", {a, b, c}, written, Push().u(n).u(a.off).u(b.off).u(c.off).u(op), grid_1d(n));
+}
+
+void VkStream::norm(Span x, int64_t rows, int64_t d, int64_t per, int64_t x_ld, Span w, Span bz, Span y,
+                    uint32_t kind, uint32_t wmode, uint32_t gate, float eps, float scale) {
+    if (rows == 0) return;
+    Push pc;
+    pc.u(rows).u(d).u(x.off).u(x_ld).u(per).u(w.off).u(bz.off).u(y.off).u(kind).u(wmode).u(gate).f(eps).f(scale);
+    dispatch("norm", {x, w, bz, y}, 8u, pc, grid_for(rows));
+}
+
+void VkStream::linear(const Matrix& mat, Span x, int64_t m, Span y) {
+    const auto& w = dynamic_cast<const VkMatrix&>(mat);
+    if (m == 0) return;
+    const Tensor bias = w.bias ? Tensor(std::make_unique<DeviceBuffer>(w.bias, nullptr), w.out()) : Tensor();
+    for (const VkMatrix::Part& p : w.parts_) {
+        const Tensor wt(std::make_unique<DeviceBuffer>(p.w, nullptr), 1);
+        Push pc;
+        pc.u(m).u(p.rows).u(w.in()).u(x.off).u(w.in()).u(y.off).u(w.out()).u(p.row0).u(w.bias ? 1 : 0);
+        dispatch(w.kernel, {x, wt.span(), bias.span(), y}, 8u, pc,
+                 {static_cast<uint32_t>((p.rows + 63) / 64), static_cast<uint32_t>((m + 63) / 64), 1});
+    }
+}
+
+void VkStream::conv1d_silu(Span x, int64_t T, int64_t C, Span w, int K, Span state, Span y) {
+    if (K < 1 || K > 17) throw Error("vulkan: conv1d kernels of 1 to 17 taps only");
+    if (T == 0) return;
+    for (uint32_t phase = 0; phase < 2; ++phase) {
+        Push pc;
+        pc.u(T).u(C).u(K).u(x.off).u(w.off).u(state.off).u(y.off).u(phase);
+        dispatch("conv1d", {x, w, state, y}, phase == 0 ? 8u : 4u, pc, grid_1d(phase == 0 ? T * C : C));
+    }
+}
+
+void VkStream::gdn_gates(Span b, Span a, int64_t T, int Hv, Span A_log, Span dt_bias) {
+    const int64_t n = T * Hv;
+    if (n == 0) return;
+    dispatch("gates", {b, a, A_log, dt_bias}, 3u, Push().u(n).u(Hv).u(b.off).u(a.off).u(A_log.off).u(dt_bias.off),
+             grid_1d(n));
+}
+
+void VkStream::delta_rule(const DeltaRule& d) {
+    if (d.dk > 256) throw Error("vulkan: delta rule heads of key width over 256");
+    if (d.T == 0) return;
+    Push pc;
+    pc.u(d.T).u(d.Hk).u(d.Hv).u(d.dk).u(d.dv).u(d.q_ld).u(d.k_ld).u(d.v_ld);
+    pc.u(d.q.off).u(d.k.off).u(d.v.off).u(d.beta.off).u(d.g.off).u(d.out.off).u(d.state.off);
+    dispatch("delta_rule", {d.q, d.k, d.v, d.beta, d.g, d.out, d.state}, (1u << 5) | (1u << 6), pc,
+             {static_cast<uint32_t>(d.Hv), static_cast<uint32_t>((d.dv + 63) / 64), 1});
+}
+
+void VkStream::split_query_gate(Span qg, int64_t T, int nh, int hd, Span q, Span gate) {
+    const int64_t n = T * nh * hd;
+    if (n == 0) return;
+    Push pc;
+    pc.u(T).u(nh).u(hd).u(0).u(0).u(qg.off).u(q.off).u(gate.off).u(1);
+    dispatch("rope", {qg, q, gate}, 6u, pc, grid_1d(n));
+}
+
+void VkStream::rope(Span x, int64_t T, int heads, int hd, int64_t ld, int rotary_dim, Span cos, Span sin) {
+    const int64_t n = T * heads * (rotary_dim / 2);
+    if (n == 0) return;
+    Push pc;
+    pc.u(T).u(heads).u(hd).u(ld).u(rotary_dim / 2).u(x.off).u(cos.off).u(sin.off).u(0);
+    dispatch("rope", {x, cos, sin}, 1u, pc, grid_1d(n));
+}
+
+void VkStream::copy(Span src, Span dst) {
+    if (src.n == 0) return;
+    if (dst.elem == Elem::F32) {
+        dispatch("elementwise", {src, {}, dst}, 4u, Push().u(src.n).u(src.off).u(0).u(dst.off).u(5), grid_1d(src.n));
+        return;
+    }
+    const int64_t words = (dst.off + src.n + 1) / 2 - dst.off / 2;
+    dispatch("to_bf16", {src, dst}, 2u, Push().u(src.n).u(src.off).u(dst.off).u(words), grid_1d(words));
+}
+
+void VkStream::attention(const Attention& a) {
+    if (a.hd > 2048) throw Error("vulkan: attention heads wider than 2048");
+    if (a.T == 0) return;
+    const std::string kernel = a.k.elem == Elem::BF16 ? "attention_bf16" : "attention";
+    for (int64_t i0 = 0; i0 < a.T; i0 += 65535) {  // at most 65,535 query rows per dispatch
+        const int64_t rows = std::min<int64_t>(a.T - i0, 65535);
+        Push pc;
+        pc.u(rows).u(a.p0 + i0).u(a.nh).u(a.nkv).u(a.hd).u(a.keys()).u(a.causal ? 1 : 0);
+        pc.u(a.qs()).u(a.ks()).u(a.vs()).u(a.os());
+        pc.u(a.q.off + i0 * a.qs()).u(a.k.off).u(a.v.off).u(a.out.off + i0 * a.os()).f(a.scale);
+        dispatch(kernel, {a.q, a.k, a.v, a.out}, 8u, pc,
+                 {static_cast<uint32_t>(rows), static_cast<uint32_t>(a.nh), 1});
+    }
+}
+
+void VkStream::memory_attention(Span q, int64_t lq, int heads, int64_t w, Span wk, Span wv, Span bv, Span m,
+                                int64_t T, Span out) {
+    if (lq == 0) return;
+    const int64_t R = lq * heads;
+    const Tensor qt = scratch(R * w, Elem::F32), ctx = scratch(R * w, Elem::F32);
+    const float scale = 1.f / std::sqrt(static_cast<float>(w / heads));
+    dispatch("head_proj", {q, wk, {}, qt.span()}, 8u,
+             Push().u(lq).u(heads).u(w).u(q.off).u(wk.off).u(0).u(0).u(0).f(scale), grid_1d(R * w));
+    Attention a;
+    a.T = lq, a.nh = heads, a.nkv = 1, a.hd = static_cast<int>(w), a.scale = 1.f, a.causal = false, a.kv = T;
+    a.q = qt.span(), a.k = m, a.v = m, a.out = ctx.span();
+    a.q_ld = heads * w, a.k_ld = w, a.v_ld = w, a.out_ld = heads * w;
+    attention(a);
+    dispatch("head_proj", {ctx.span(), wv, bv, out}, 8u,
+             Push().u(lq).u(heads).u(w).u(0).u(wv.off).u(bv.off).u(out.off).u(1).f(1.f), grid_1d(lq * w));
+}
+
+// ---- weights ----
+
+// The linear kernel's name for a type the shaders read as it is ("" for the others).
+std::string kernel_for(GgmlType t) {
+    switch (t) {
+        case GgmlType::F32:
+            return "linear_f32";
+        case GgmlType::BF16:
+            return "linear_bf16";
+        case GgmlType::F16:
+            return "linear_f16";
+        case GgmlType::Q8_0:
+            return "linear_q8_0";
+        case GgmlType::Q4_0:
+            return "linear_q4_0";
+        default:
+            return "";
+    }
+}
+
+std::string kernel_for(DType t) {
+    return t == DType::BF16 ? "linear_bf16" : t == DType::F16 ? "linear_f16" : t == DType::F32 ? "linear_f32" : "";
+}
+
+void VulkanDevice::upload_rows(VkMatrix& m, const std::vector<unsigned char>& bytes, uint64_t row_bytes) {
+    const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(ctx_.max_range() / row_bytes));
+    for (int64_t r0 = 0; r0 < m.out_; r0 += per) {
+        const int64_t rows = std::min(per, m.out_ - r0);
+        auto a = ctx_.alloc(rows * row_bytes);
+        ctx_.write(*a, 0, bytes.data() + r0 * row_bytes, rows * row_bytes);
+        m.parts_.push_back({std::move(a), r0, rows});
+    }
+}
+
+std::unique_ptr<Matrix> VulkanDevice::matrix(const MatrixSource& s) {
+    auto m = std::make_unique<VkMatrix>();
+    std::vector<unsigned char> bytes;
+    uint64_t row_bytes = 0;
+    if (s.quant) {
+        const QuantMatrix& q = *s.quant;
+        m->out_ = q.rows, m->in_ = q.cols;
+        m->kernel = q.col_map.empty() ? kernel_for(q.type) : "";
+        if (!m->kernel.empty()) {  // the file's rows as they are, in logical order
+            row_bytes = q.row_bytes();
+            bytes.resize(q.rows * row_bytes);
+            for (int64_t r = 0; r < q.rows; ++r)
+                std::memcpy(bytes.data() + r * row_bytes, q.data + (q.row_map.empty() ? r : q.row_map[r]) * row_bytes,
+                            row_bytes);
+        } else {  // TODO(issue 29, point 3): the K-quant and IQ kernels; until then widened rows
+            m->kernel = "linear_f32";
+            row_bytes = q.cols * 4;
+            bytes.resize(q.rows * row_bytes);
+            for (int64_t r = 0; r < q.rows; ++r) q.row_f32(r, reinterpret_cast<float*>(bytes.data() + r * row_bytes));
+        }
+    } else {
+        if (!s.tensor) throw Error("device: a matrix needs a tensor or a quantised matrix");
+        const TensorView& t = *s.tensor;
+        if (t.shape.size() != 2) throw Error("vulkan: " + t.name + " is not a matrix");
+        m->out_ = t.shape[0], m->in_ = t.shape[1];
+        m->kernel = kernel_for(t.dtype);
+        if (!m->kernel.empty()) {
+            bytes.assign(t.data, t.data + t.nbytes);
+            row_bytes = t.nbytes / m->out_;
+        } else {
+            m->kernel = "linear_f32";
+            std::vector<float> f = t.to_f32();
+            bytes.assign(reinterpret_cast<unsigned char*>(f.data()), reinterpret_cast<unsigned char*>(f.data() + f.size()));
+            row_bytes = m->in_ * 4;
+        }
+    }
+    if (m->out_ > 0 && m->in_ > 0) upload_rows(*m, bytes, row_bytes);
+    if (!s.bias.empty()) {
+        m->bias = ctx_.alloc(s.bias.size() * 4);
+        ctx_.write(*m->bias, 0, s.bias.data(), s.bias.size() * 4);
+    }
+    return m;
+}
+
+}  // namespace
+
+std::unique_ptr<Device> open_vulkan(int index) {
+    return std::make_unique<VulkanDevice>(index);
+}
+
+int vulkan_validation_errors() {
+    return vk::Context::validation_errors();
+}
+
+}  // namespace clef::dev
