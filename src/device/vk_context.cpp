@@ -173,8 +173,10 @@ uint32_t Context::memory_type(uint32_t bits, bool host_visible) const {
 std::shared_ptr<Alloc> Context::alloc(uint64_t bytes, bool host_visible) {
     auto a = std::make_shared<Alloc>();
     a->ctx = this;
-    a->bytes = std::max<uint64_t>(bytes, 16);
-    if (a->bytes > info_.max_storage_range)
+    // Whole 32-bit words: the kernels read buffers as arrays of uint or float, whose length is the buffer's
+    // size in whole words (a buffer of 2278 bytes, 67 rows of one Q8_0 block, would lose its last 2 bytes).
+    a->bytes = (std::max<uint64_t>(bytes, 16) + 3) & ~uint64_t{3};
+    if (a->bytes > max_range())
         throw Error(fmt::format("vulkan: a buffer of {} bytes is over {}'s storage buffer range of {} bytes",
                                 a->bytes, info_.name, info_.max_storage_range));
     VkBufferCreateInfo bi{};

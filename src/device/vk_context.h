@@ -55,8 +55,10 @@ public:
 
     const VulkanDeviceInfo& info() const { return info_; }
     VkDevice device() const { return dev_; }
-    uint64_t max_range() const { return info_.max_storage_range; }
-    // Storage buffer of `bytes` (at least 16) in device memory, or host-visible coherent memory for staging.
+    // The largest buffer a kernel can bind, in whole 32-bit words.
+    uint64_t max_range() const { return info_.max_storage_range & ~uint64_t{3}; }
+    // Storage buffer of `bytes` (at least 16, rounded up to whole 32-bit words) in device memory, or
+    // host-visible coherent memory for staging.
     // Throws clef::Error naming the size when the device is out of memory.
     std::shared_ptr<Alloc> alloc(uint64_t bytes, bool host_visible = false);
     // The pipeline of an embedded kernel (device/vk_shaders.h: its name) with `bindings` storage buffers,

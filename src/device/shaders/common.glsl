@@ -3,10 +3,10 @@
 #extension GL_EXT_control_flow_attributes : enable
 
 // The flat index of this invocation in a grid of (x, y) workgroups of local_size_x (the host splits large
-// 1-D dispatches over y: device/vk_device.cpp grid_1d).
-uint flat_id() {
-    return gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x;
-}
+// 1-D dispatches over y: device/vk_device.cpp grid_1d). A macro, so that gl_WorkGroupSize is read where it is
+// used (in main): a function here, before the shader's layout(local_size_x = ...) declaration, sees the
+// default size (1, 1, 1), and the rows of a 2-D grid overlapped.
+#define flat_id() (gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x)
 
 // bf16 element e of a buffer of 32-bit words (two elements per word, the lower first).
 float bf16_at(uint w, uint e) {
