@@ -52,6 +52,7 @@ LoadOptions LoadArgs::options(ops::Precision main, uint64_t default_cache_bytes)
     o.mmproj = mmproj;
     o.precision = main;
     o.cache_bytes = cache_mib < 0 ? default_cache_bytes : static_cast<uint64_t>(cache_mib) << 20;
+    o.device = device;
     return o;
 }
 
@@ -66,6 +67,12 @@ void add_load_options(CLI::App* cmd, LoadArgs& args) {
                     "State cache budget in MiB: prompt prefixes up to the end of the state, resumed by later "
                     "decisions (0 = off; serve's default: a quarter of the available memory, at most 8 GiB)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+    cmd->add_option(
+           "--device", args.device,
+           "Where the model runs: auto (a discrete or integrated GPU through Vulkan when there is one, "
+           "else the CPU), cpu, vulkan (the best Vulkan device, CPU-type ones included) or vulkan:N "
+           "(clef devices lists them)")
+        ->capture_default_str();
     if (CLI::Option* model = cmd->get_option_no_throw("--model"))
         model->description(model->get_description() +
                            ", or a Hugging Face Hub repository ORG/NAME[@REVISION]");

@@ -5,9 +5,12 @@
 #include <cstdlib>
 #include <fstream>
 
+#include <spdlog/spdlog.h>
+
 #include "decision/media.h"
 #include "decision/response.h"
 #include "decision/state_cache.h"
+#include "device/vulkan.h"
 #include "model/head.h"
 #include "model/model_files.h"
 #include "model/mrope.h"
@@ -78,10 +81,11 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const std::s
     e->head_config_ = m.head_config;
     e->tokenizer_ = std::make_unique<Tokenizer>(m.tokenizer_in_gguf ? Tokenizer::from_gguf(m.tokenizer_path)
                                                                     : Tokenizer::load(m.tokenizer_path));
+    e->open_device(options.device);
     e->weights_ = std::move(m.weights);
     e->backbone_ = std::make_unique<Backbone>(
         e->config_.text, *e->weights_,
-        options.unpack_quantised ? ops::Residency::Packed : ops::Residency::Streamed);
+        options.unpack_quantised ? ops::Residency::Packed : ops::Residency::Streamed, *e->device_);
     // The head converts its tensors to fp32 and packs them: its source is released once the head is built.
     const std::unique_ptr<WeightSource> head = std::move(m.head);
     const std::string lm_head = text_tensor(e->config_.text, TextWeight::LmHead).hf;
@@ -89,9 +93,9 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const std::s
     if (!e->weights_->has(lexical) && e->config_.text.tie_word_embeddings)
         lexical = text_name(text_tensor(e->config_.text, TextWeight::Embed), e->backbone_->prefix());
     if (const QuantMatrix* q = e->weights_->find_matrix(lexical))
-        e->head_ = std::make_unique<JointHead>(e->head_config_, *head, *q);
+        e->head_ = std::make_unique<JointHead>(e->head_config_, *head, *q, false, *e->device_);
     else if (const TensorView* t = e->weights_->find(lexical))
-        e->head_ = std::make_unique<JointHead>(e->head_config_, *head, *t);
+        e->head_ = std::make_unique<JointHead>(e->head_config_, *head, *t, false, *e->device_);
     else
         throw Error(e->weights_->description() + ": missing tensor " + lm_head +
                     " (the head's lexical table)");
@@ -124,7 +128,16 @@ void Engine::load_vision(const ModelFiles& m, const WeightSource& weights) {
         throw Error("config.json image_token_id " + std::to_string(image_token_id_) +
                     " is not the tokenizer's <|image_pad|>");
     video_token_id_ = tokenizer_->token_to_id("<|video_pad|>");  // -1: videos are refused
-    vision_ = std::make_unique<VisionTower>(vc, weights);
+    // TODO(issue 29, point 2): the vision tower on the device (its patch embedding is a 5-D conv weight the
+    // Vulkan matrix does not take yet); until then it runs on the CPU whatever --device says.
+    vision_ = std::make_unique<VisionTower>(vc, weights, kVisionPrefix, false, dev::cpu());
+}
+
+void Engine::open_device(const std::string& spec) {
+    dev::OpenedDevice d = dev::open_device(spec);
+    own_device_ = std::move(d.device);
+    device_ = own_device_ ? own_device_.get() : &dev::cpu();
+    if (!d.reason.empty()) spdlog::info("--device {}: running on the CPU: {}", spec, d.reason);
 }
 
 Engine::Prepared Engine::prepare(DecisionRequest req, const DecideOptions& opt) const {

@@ -72,6 +72,10 @@ struct LoadOptions {
     int64_t cache_granularity = 256;
     // A GGUF model's vision tower: llama.cpp's mmproj file (model/gguf_mmproj.h); "" for none.
     std::string mmproj;
+    // Where the model runs: cpu, auto, vulkan or vulkan:N (device/vulkan.h choose_device). Where the spec
+    // cannot be met (no Vulkan loader or device, a device that does not open) the CPU runs and the log says
+    // why.
+    std::string device = "cpu";
 };
 
 // A state-cache budget sized from this machine's available memory (a quarter of it, at most 8 GiB).
@@ -116,6 +120,8 @@ public:
     const VisionTower* vision() const { return vision_.get(); }
     const ImageProcessorConfig& image_processor() const { return image_processor_; }
     const ImageProcessorConfig& video_processor() const { return video_processor_; }
+    // The device the model's layers run on ("cpu" or the Vulkan device's name).
+    const dev::Device& device() const { return *device_; }
 
     // Encodes and runs one request: run(prepare(...)). Throws PromptTooLong when the schema does not fit
     // max_length, clef::Error for other failures (e.g. non-finite model output).
@@ -154,11 +160,14 @@ private:
     friend struct DecisionTask::State;
     Engine() = default;
     void load_vision(const ModelFiles& m, const WeightSource& weights);
+    void open_device(const std::string& spec);
     // [T][hidden]: the prompt's embeddings with the vision tower's rows in place of the image and video pads.
     std::vector<float> image_embeddings(const Prepared& p) const;
     ModelConfig config_;
     HeadConfig head_config_;
     std::unique_ptr<Tokenizer> tokenizer_;
+    std::unique_ptr<dev::Device> own_device_;  // a Vulkan device (outlives the parts below)
+    dev::Device* device_ = nullptr;            // it, or the CPU
     std::unique_ptr<WeightSource> weights_;
     std::unique_ptr<WeightSource> vision_weights_;  // a GGUF's mmproj tensors (the tower reads BF16 in place)
     std::unique_ptr<Backbone> backbone_;

@@ -18,15 +18,15 @@ std::atomic<int> g_validation_errors{0};
 void check(VkResult r, const char* what) {
     if (r == VK_SUCCESS) return;
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY)
-        throw Error(fmt::format("vulkan: out of {} memory ({})", r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "device" : "host",
-                                what));
+        throw Error(fmt::format("vulkan: out of {} memory ({})",
+                                r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "device" : "host", what));
     if (r == VK_ERROR_DEVICE_LOST) throw Error(fmt::format("vulkan: the device was lost ({})", what));
     throw Error(fmt::format("vulkan: {} failed (VkResult {})", what, static_cast<int>(r)));
 }
 
 VKAPI_ATTR VkBool32 VKAPI_CALL on_message(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
-                                          VkDebugUtilsMessageTypeFlagsEXT, const VkDebugUtilsMessengerCallbackDataEXT* d,
-                                          void*) {
+                                          VkDebugUtilsMessageTypeFlagsEXT,
+                                          const VkDebugUtilsMessengerCallbackDataEXT* d, void*) {
     if (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) {
         ++g_validation_errors;
         spdlog::error("vulkan validation: {}", d->pMessage);
@@ -84,13 +84,16 @@ void Context::create_instance() {
         ci.enabledLayerCount = 1, ci.ppEnabledLayerNames = &layer;
         ci.enabledExtensionCount = 1, ci.ppEnabledExtensionNames = &ext;
     }
-    check(vkCreateInstance(&ci, nullptr, &inst_), validate ? "instance with the validation layer" : "instance");
+    check(vkCreateInstance(&ci, nullptr, &inst_),
+          validate ? "instance with the validation layer" : "instance");
     volkLoadInstance(inst_);
     if (validate) {
         VkDebugUtilsMessengerCreateInfoEXT m{};
         m.sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT;
-        m.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT;
-        m.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+        m.messageSeverity =
+            VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT;
+        m.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT |
+                        VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
                         VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
         m.pfnUserCallback = on_message;
         check(vkCreateDebugUtilsMessengerEXT(inst_, &m, nullptr, &messenger_), "debug messenger");
@@ -158,9 +161,9 @@ void Context::release() {
 }
 
 uint32_t Context::memory_type(uint32_t bits, bool host_visible) const {
-    const VkMemoryPropertyFlags want = host_visible
-                                           ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
-                                           : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
+    const VkMemoryPropertyFlags want =
+        host_visible ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
+                     : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
     for (uint32_t i = 0; i < mem_.memoryTypeCount; ++i)
         if ((bits & (1u << i)) && (mem_.memoryTypes[i].propertyFlags & want) == want) return i;
     if (!host_visible)  // no device-local type: any type the buffer allows
@@ -182,7 +185,8 @@ std::shared_ptr<Alloc> Context::alloc(uint64_t bytes, bool host_visible) {
     VkBufferCreateInfo bi{};
     bi.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
     bi.size = a->bytes;
-    bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+               VK_BUFFER_USAGE_TRANSFER_DST_BIT;
     bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
     check(vkCreateBuffer(dev_, &bi, nullptr, &a->buf), "buffer");
     VkMemoryRequirements req{};

@@ -85,7 +85,8 @@ struct Wrapped {
 
 class DeviceBuffer final : public Buffer {
 public:
-    DeviceBuffer(std::shared_ptr<Alloc> a, std::shared_ptr<Pool> pool) : a_(std::move(a)), pool_(std::move(pool)) {}
+    DeviceBuffer(std::shared_ptr<Alloc> a, std::shared_ptr<Pool> pool)
+        : a_(std::move(a)), pool_(std::move(pool)) {}
     explicit DeviceBuffer(std::shared_ptr<Wrapped> w) : a_(w->a), wrapped_(std::move(w)) {}
     ~DeviceBuffer() override {
         if (pool_) pool_->give(std::move(a_));
@@ -135,7 +136,8 @@ struct Push {
     uint32_t w[32] = {};
     uint32_t n = 0;
     Push& u(int64_t v) {
-        if (v < 0 || v > 0xffffffffLL) throw Error(fmt::format("vulkan: {} does not fit a 32-bit kernel argument", v));
+        if (v < 0 || v > 0xffffffffLL)
+            throw Error(fmt::format("vulkan: {} does not fit a 32-bit kernel argument", v));
         w[n++] = static_cast<uint32_t>(v);
         return *this;
     }
@@ -203,14 +205,14 @@ private:
     void begin();
     void barrier();
     // Records one kernel over `spans` (binding i = spans[i]; `written` marks the ones it writes).
-    void dispatch(const std::string& kernel, std::initializer_list<Span> spans, uint32_t written, const Push& pc,
-                  Grid g);
+    void dispatch(const std::string& kernel, std::initializer_list<Span> spans, uint32_t written,
+                  const Push& pc, Grid g);
     DeviceBuffer& use(const Span& s, bool written);
     // `bytes` of this run's staging memory: the buffer and the offset in it.
     std::pair<Alloc*, uint64_t> stage(uint64_t bytes);
     void elementwise(uint32_t op, Span a, Span b, Span c);
-    void norm(Span x, int64_t rows, int64_t d, int64_t per, int64_t x_ld, Span w, Span bz, Span y, uint32_t kind,
-              uint32_t wmode, uint32_t gate, float eps, float scale);
+    void norm(Span x, int64_t rows, int64_t d, int64_t per, int64_t x_ld, Span w, Span bz, Span y,
+              uint32_t kind, uint32_t wmode, uint32_t gate, float eps, float scale);
 
     VulkanDevice& dev_;
     Context& ctx_;
@@ -350,8 +352,8 @@ void VkStream::dispatch(const std::string& kernel, std::initializer_list<Span> s
         writes[b].pBufferInfo = &infos[b];
     }
     vkCmdBindPipeline(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
-    vkCmdPushDescriptorSetKHR(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, static_cast<uint32_t>(writes.size()),
-                              writes.data());
+    vkCmdPushDescriptorSetKHR(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0,
+                              static_cast<uint32_t>(writes.size()), writes.data());
     vkCmdPushConstants(cb_, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, pc.n * 4, pc.w);
     vkCmdDispatch(cb_, g.x, g.y, g.z);
     barrier();
@@ -430,7 +432,8 @@ void VkStream::norm(Span x, int64_t rows, int64_t d, int64_t per, int64_t x_ld, 
                     uint32_t kind, uint32_t wmode, uint32_t gate, float eps, float scale) {
     if (rows == 0) return;
     Push pc;
-    pc.u(rows).u(d).u(x.off).u(x_ld).u(per).u(w.off).u(bz.off).u(y.off).u(kind).u(wmode).u(gate).f(eps).f(scale);
+    pc.u(rows).u(d).u(x.off).u(x_ld).u(per).u(w.off).u(bz.off).u(y.off).u(kind).u(wmode).u(gate).f(eps).f(
+        scale);
     dispatch("norm", {x, w, bz, y}, 8u, pc, grid_for(rows));
 }
 
@@ -460,8 +463,8 @@ void VkStream::conv1d_silu(Span x, int64_t T, int64_t C, Span w, int K, Span sta
 void VkStream::gdn_gates(Span b, Span a, int64_t T, int Hv, Span A_log, Span dt_bias) {
     const int64_t n = T * Hv;
     if (n == 0) return;
-    dispatch("gates", {b, a, A_log, dt_bias}, 3u, Push().u(n).u(Hv).u(b.off).u(a.off).u(A_log.off).u(dt_bias.off),
-             grid_1d(n));
+    dispatch("gates", {b, a, A_log, dt_bias}, 3u,
+             Push().u(n).u(Hv).u(b.off).u(a.off).u(A_log.off).u(dt_bias.off), grid_1d(n));
 }
 
 void VkStream::delta_rule(const DeltaRule& d) {
@@ -493,7 +496,8 @@ void VkStream::rope(Span x, int64_t T, int heads, int hd, int64_t ld, int rotary
 void VkStream::copy(Span src, Span dst) {
     if (src.n == 0) return;
     if (dst.elem == Elem::F32) {
-        dispatch("elementwise", {src, {}, dst}, 4u, Push().u(src.n).u(src.off).u(0).u(dst.off).u(5), grid_1d(src.n));
+        dispatch("elementwise", {src, {}, dst}, 4u, Push().u(src.n).u(src.off).u(0).u(dst.off).u(5),
+                 grid_1d(src.n));
         return;
     }
     const int64_t words = (dst.off + src.n + 1) / 2 - dst.off / 2;
@@ -553,7 +557,10 @@ std::string kernel_for(GgmlType t) {
 }
 
 std::string kernel_for(DType t) {
-    return t == DType::BF16 ? "linear_bf16" : t == DType::F16 ? "linear_f16" : t == DType::F32 ? "linear_f32" : "";
+    return t == DType::BF16  ? "linear_bf16"
+           : t == DType::F16 ? "linear_f16"
+           : t == DType::F32 ? "linear_f32"
+                             : "";
 }
 
 void VulkanDevice::upload_rows(VkMatrix& m, const std::vector<unsigned char>& bytes, uint64_t row_bytes) {
@@ -578,13 +585,14 @@ std::unique_ptr<Matrix> VulkanDevice::matrix(const MatrixSource& s) {
             row_bytes = q.row_bytes();
             bytes.resize(q.rows * row_bytes);
             for (int64_t r = 0; r < q.rows; ++r)
-                std::memcpy(bytes.data() + r * row_bytes, q.data + (q.row_map.empty() ? r : q.row_map[r]) * row_bytes,
-                            row_bytes);
+                std::memcpy(bytes.data() + r * row_bytes,
+                            q.data + (q.row_map.empty() ? r : q.row_map[r]) * row_bytes, row_bytes);
         } else {  // TODO(issue 29, point 3): the K-quant and IQ kernels; until then widened rows
             m->kernel = "linear_f32";
             row_bytes = q.cols * 4;
             bytes.resize(q.rows * row_bytes);
-            for (int64_t r = 0; r < q.rows; ++r) q.row_f32(r, reinterpret_cast<float*>(bytes.data() + r * row_bytes));
+            for (int64_t r = 0; r < q.rows; ++r)
+                q.row_f32(r, reinterpret_cast<float*>(bytes.data() + r * row_bytes));
         }
     } else {
         if (!s.tensor) throw Error("device: a matrix needs a tensor or a quantised matrix");
@@ -598,7 +606,8 @@ std::unique_ptr<Matrix> VulkanDevice::matrix(const MatrixSource& s) {
         } else {
             m->kernel = "linear_f32";
             std::vector<float> f = t.to_f32();
-            bytes.assign(reinterpret_cast<unsigned char*>(f.data()), reinterpret_cast<unsigned char*>(f.data() + f.size()));
+            bytes.assign(reinterpret_cast<unsigned char*>(f.data()),
+                         reinterpret_cast<unsigned char*>(f.data() + f.size()));
             row_bytes = m->in_ * 4;
         }
     }
@@ -614,6 +623,22 @@ std::unique_ptr<Matrix> VulkanDevice::matrix(const MatrixSource& s) {
 
 std::unique_ptr<Device> open_vulkan(int index) {
     return std::make_unique<VulkanDevice>(index);
+}
+
+OpenedDevice open_device(const std::string& spec) {
+    OpenedDevice out;
+    if (spec == "cpu") return out;
+    const DeviceChoice c = choose_device(spec, probe_vulkan());
+    if (!c.vulkan) {
+        out.reason = c.reason;
+        return out;
+    }
+    try {
+        out.device = open_vulkan(c.index);
+    } catch (const Error& e) {
+        out.reason = e.what();
+    }
+    return out;
 }
 
 int vulkan_validation_errors() {

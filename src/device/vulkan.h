@@ -65,6 +65,16 @@ class Device;
 // runs when the host needs a result. Throws clef::Error when the device cannot be opened.
 std::unique_ptr<Device> open_vulkan(int index);
 
+// The device a `--device` spec picks (choose_device), opened: `device` is nullptr for the CPU, and `reason`
+// says why the CPU runs where the spec did not ask for it ("" otherwise). A Vulkan device that fails to open
+// leaves the CPU with the error as the reason. Throws clef::Error for a malformed spec or a vulkan:N with no
+// such device.
+struct OpenedDevice {
+    std::unique_ptr<Device> device;
+    std::string reason;
+};
+OpenedDevice open_device(const std::string& spec);
+
 // Messages of severity error the Khronos validation layer reported in this process (it is on where the
 // environment has CLEF_VULKAN_VALIDATION=1; 0 otherwise).
 int vulkan_validation_errors();
