@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
@@ -137,7 +138,13 @@ void Engine::open_device(const std::string& spec) {
     dev::OpenedDevice d = dev::open_device(spec);
     own_device_ = std::move(d.device);
     device_ = own_device_ ? own_device_.get() : &dev::cpu();
-    if (!d.reason.empty()) spdlog::info("--device {}: running on the CPU: {}", spec, d.reason);
+    if (d.reason.empty()) return;
+    // auto on a machine with no GPU is the usual case: quiet. A Vulkan device asked for and not had: one line
+    // on stderr (stdout carries the commands' JSON).
+    if (spec == "auto")
+        spdlog::debug("--device auto: running on the CPU: {}", d.reason);
+    else
+        std::fprintf(stderr, "clef: --device %s: running on the CPU: %s\n", spec.c_str(), d.reason.c_str());
 }
 
 Engine::Prepared Engine::prepare(DecisionRequest req, const DecideOptions& opt) const {
