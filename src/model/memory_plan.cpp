@@ -205,8 +205,12 @@ uint64_t gemm_scratch(const Widths& d, const WeightMemory& w, const MemoryPlanIn
     if (in.backbone.precision == ops::Precision::BF16) return b + (in.onednn ? u(rows * k * 2) : f32(c * k));
     if (!in.onednn) return b;
     if (in.exact_kernel == ops::GemmKernel::F32) return b + 4 * kMiB;  // the widened sub-block
-    const int64_t width = std::max<int64_t>(64, static_cast<int64_t>(32 * kMiB) / (2 * d.H));
-    return b + u(3 * rows * k * 2) + f32(3 * 256 * width);  // three bf16 terms, their three products
+    // A column block is at most the widest projection's outputs (the fused ones are at most 4 k wide), so a
+    // narrow model never plans a 32 MiB block (ops/gemm.cpp forward_bf16: dbuf is 3 r x the block's width).
+    const int64_t cap = std::max<int64_t>(64, static_cast<int64_t>(32 * kMiB) / (2 * d.H));
+    const int64_t width = std::min(cap, 4 * k);
+    return b + u(3 * rows * k * 2) +
+           f32(3 * std::min<int64_t>(rows, 256) * width);  // three bf16 terms, products
 }
 
 // The state cache's entries for this prompt (decision/state_cache.cpp put): per stop the conv and delta-rule
