@@ -6,8 +6,6 @@
 #include <cstdlib>
 #include <fstream>
 
-#include <spdlog/spdlog.h>
-
 #include "decision/media.h"
 #include "decision/response.h"
 #include "decision/state_cache.h"
@@ -139,11 +137,9 @@ void Engine::open_device(const std::string& spec) {
     own_device_ = std::move(d.device);
     device_ = own_device_ ? own_device_.get() : &dev::cpu();
     if (d.reason.empty()) return;
-    // auto on a machine with no GPU is the usual case: quiet. A Vulkan device asked for and not had: one line
-    // on stderr (stdout carries the commands' JSON).
-    if (spec == "auto")
-        spdlog::debug("--device auto: running on the CPU: {}", d.reason);
-    else
+    // auto on a machine with no GPU is the usual case: quiet (clef devices says why). A Vulkan device asked
+    // for and not had: one line on stderr (stdout carries the commands' JSON).
+    if (spec != "auto")
         std::fprintf(stderr, "clef: --device %s: running on the CPU: %s\n", spec.c_str(), d.reason.c_str());
 }
 

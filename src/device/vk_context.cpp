@@ -1,8 +1,8 @@
 #include "device/vk_context.h"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -29,9 +29,9 @@ VKAPI_ATTR VkBool32 VKAPI_CALL on_message(VkDebugUtilsMessageSeverityFlagBitsEXT
                                           const VkDebugUtilsMessengerCallbackDataEXT* d, void*) {
     if (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) {
         ++g_validation_errors;
-        spdlog::error("vulkan validation: {}", d->pMessage);
+        std::fprintf(stderr, "clef: vulkan validation error: %s\n", d->pMessage);
     } else if (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT) {
-        spdlog::warn("vulkan validation: {}", d->pMessage);
+        std::fprintf(stderr, "clef: vulkan validation warning: %s\n", d->pMessage);
     }
     return VK_FALSE;
 }
