@@ -75,7 +75,7 @@ TEST(VulkanDecision, TinyClef27Cases) {
     decide_fixture("tiny-clef27");
 }
 
-// A spec that cannot be met runs on the CPU (the log says why) instead of failing the load.
+// --device cpu keeps every part on the CPU device, Vulkan present or not.
 TEST(VulkanDecision, CpuSpecStaysOnTheCpu) {
     EXPECT_TRUE(engine("tiny-clef", "cpu").device().is_cpu());
 }

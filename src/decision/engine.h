@@ -73,8 +73,8 @@ struct LoadOptions {
     // A GGUF model's vision tower: llama.cpp's mmproj file (model/gguf_mmproj.h); "" for none.
     std::string mmproj;
     // Where the model runs: cpu, auto, vulkan or vulkan:N (device/vulkan.h choose_device). Where the spec
-    // cannot be met (no Vulkan loader or device, a device that does not open) the CPU runs and the log says
-    // why.
+    // cannot be met (no Vulkan loader or device, a device that does not open) the CPU runs: auto quietly, an
+    // explicit vulkan spec with one line on stderr saying why (Engine::open_device).
     std::string device = "cpu";
 };
 
