@@ -1,5 +1,6 @@
 // The whole decision on a Vulkan device (issue 29, points 2 and 5): every other text case of the tiny-clef
-// and tiny-clef27 fixtures (tests/data/*/cases.json) decided with --device vulkan (lavapipe in CI) against
+// and tiny-clef27 fixtures (tests/data/*/cases.json) and every image and video case of tiny-clef
+// (image_cases.json, video_cases.json) decided with --device vulkan (lavapipe in CI) against
 // the CPU exact path and against the publisher's float64 probabilities in the fixture, under the Khronos
 // validation layer. The bound max |dp| <= 1e-4 is the issue's; the device accumulates in fp32 as the CPU
 // does, in another order, so the two differ by fp32 rounding of sums (~1e-6 here), far inside it.
@@ -13,6 +14,7 @@
 #include "decision/request.h"
 #include "device/device.h"
 #include "device/vulkan.h"
+#include "model/vision.h"
 #include "test_util.h"
 
 using namespace clef;
@@ -35,14 +37,27 @@ size_t argmax(const std::vector<float>& v) {
     return static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
-void decide_fixture(const std::string& dir) {
+const JsonValue& cases_of(const std::string& dir, const std::string& file) {
+    static std::map<std::string, JsonValue> docs;
+    const std::string path = std::string(CLEF_TEST_DATA) + "/" + dir + "/" + file;
+    auto it = docs.find(path);
+    if (it == docs.end())
+        it = docs.emplace(path, parse_json_or_throw(clef::testing::read_file(path), path)).first;
+    return *it->second.find("cases");
+}
+
+// Decides the answered cases of dir/file (every `stride`-th) on both devices.
+void decide_fixture(const std::string& dir, const std::string& file = "cases.json", int stride = 2) {
     const Engine& gpu = engine(dir, "vulkan");
     if (gpu.device().is_cpu()) GTEST_SKIP() << "no Vulkan device on this machine";
+    if (gpu.vision()) {
+        EXPECT_FALSE(gpu.vision()->device().is_cpu());
+    }
     const Engine& cpu = engine(dir, "cpu");
     int decided = 0, index = 0;
-    for (const auto& c : clef::testing::cases_in(std::string(CLEF_TEST_DATA) + "/" + dir).items()) {
+    for (const auto& c : cases_of(dir, file).items()) {
         if (c.find("expected_error")) continue;
-        if (index++ % 2 != 0) continue;  // every other case: lavapipe under the validation layer is slow
+        if (index++ % stride != 0) continue;  // lavapipe under the validation layer is slow
         SCOPED_TRACE(c.find("name")->as_string());
         DecisionRequest req;
         std::vector<RequestError> errors;
@@ -69,6 +84,15 @@ void decide_fixture(const std::string& dir) {
 
 TEST(VulkanDecision, TinyClefTextCases) {
     decide_fixture("tiny-clef");
+}
+
+// Images and videos: the vision tower on the device too (its patch-embedding conv as a [out][in] matrix).
+TEST(VulkanDecision, TinyClefImageCases) {
+    decide_fixture("tiny-clef", "image_cases.json", 1);
+}
+
+TEST(VulkanDecision, TinyClefVideoCases) {
+    decide_fixture("tiny-clef", "video_cases.json", 1);
 }
 
 TEST(VulkanDecision, TinyClef27Cases) {

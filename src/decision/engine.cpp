@@ -127,9 +127,7 @@ void Engine::load_vision(const ModelFiles& m, const WeightSource& weights) {
         throw Error("config.json image_token_id " + std::to_string(image_token_id_) +
                     " is not the tokenizer's <|image_pad|>");
     video_token_id_ = tokenizer_->token_to_id("<|video_pad|>");  // -1: videos are refused
-    // TODO(issue 29, point 2): the vision tower on the device (its patch embedding is a 5-D conv weight the
-    // Vulkan matrix does not take yet); until then it runs on the CPU whatever --device says.
-    vision_ = std::make_unique<VisionTower>(vc, weights, kVisionPrefix, false, dev::cpu());
+    vision_ = std::make_unique<VisionTower>(vc, weights, kVisionPrefix, false, *device_);
 }
 
 void Engine::open_device(const std::string& spec) {

@@ -597,8 +597,9 @@ std::unique_ptr<Matrix> VulkanDevice::matrix(const MatrixSource& s) {
     } else {
         if (!s.tensor) throw Error("device: a matrix needs a tensor or a quantised matrix");
         const TensorView& t = *s.tensor;
-        if (t.shape.size() != 2) throw Error("vulkan: " + t.name + " is not a matrix");
-        m->out_ = t.shape[0], m->in_ = t.shape[1];
+        // A weight of more dimensions (the vision tower's patch-embedding conv) is [out][the rest].
+        if (t.shape.size() < 2 || t.shape[0] <= 0) throw Error("vulkan: " + t.name + " is not a matrix");
+        m->out_ = t.shape[0], m->in_ = t.numel() / t.shape[0];
         m->kernel = kernel_for(t.dtype);
         if (!m->kernel.empty()) {
             bytes.assign(t.data, t.data + t.nbytes);

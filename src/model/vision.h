@@ -7,9 +7,9 @@
 //   merger: LN, 2x2 blocks of patch rows concatenated, fc1, exact GELU, fc2 -> out_hidden_size.
 // Rows are patches in the processor's merge-block order throughout.
 //
-// Every step runs through one stream of the CPU device (device/device.h: one upload of the pixels and of the
-// grid's tables, one download of the merged rows), on one of its two paths. The fast path (the default) runs
-// every projection as an ops::PackedLinear packed once at load from the checkpoint's own dtype
+// Every step runs through one stream of the tower's device (device/device.h: one upload of the pixels and of
+// the grid's tables, one download of the merged rows). The CPU device has two paths: the fast path (the
+// default) runs every projection as an ops::PackedLinear packed once at load from the checkpoint's own dtype
 // (Precision::Exact: fp32-accurate), ops::attention_fast (bidirectional, per frame), and the norms and
 // activations on all kernel threads. The reference path (reference = true, the oracle the fast path is tested
 // against) runs device/linear.h's reference projections, ops::attention and the scalar ops.
@@ -72,6 +72,7 @@ public:
 
     const VisionConfig& config() const { return cfg_; }
     bool reference() const { return reference_; }
+    const dev::Device& device() const { return *dev_; }
     int patch_dim() const {
         return cfg_.in_channels * cfg_.temporal_patch_size * cfg_.patch_size * cfg_.patch_size;
     }
