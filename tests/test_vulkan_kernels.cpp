@@ -192,9 +192,12 @@ namespace {
 // steps; the oracle in its own order): 2 gamma_n(in + 1) (sum_k |x_k w_k| + |b|). A transposed or misaligned
 // weight read, a lost K tile or a wrong nibble gives |diff| of the order of |y| ~ sqrt(in) / 3, about 10^4
 // bounds.
+// tight: the largest bound allowed relative to the outputs' scale. The worst-case sum bound grows as in^2 and
+// the outputs as sqrt(in): rows of 512 values and more (the block types' several-block rows) need 1e-2, still
+// far below the O(1) error of a misread block, row or scale.
 void run_linear(Tally& tally, const std::string& what, const dev::Matrix& mg, const dev::Matrix& mc,
                 const std::vector<float>& w, const std::vector<float>& bias, int64_t m, int64_t in,
-                int64_t out) {
+                int64_t out, double tight = 1e-3) {
     Pair p;
     const auto x = random_values(m * in, static_cast<uint32_t>(m * 7 + in));
     const Both bx = both(p, x, 3), by = both(p, std::vector<float>(m * out, 0.f), 5);
@@ -209,7 +212,7 @@ void run_linear(Tally& tally, const std::string& what, const dev::Matrix& mg, co
             bound[i * out + j] = 2 * gamma_n(in + 1) * abs_terms;
         }
     // The outputs' scale: |y| ~ sqrt(in) / 3 for x and w uniform on [-1, 1] (one output can be near 0).
-    tally.check(what + label({{"m", m}}), by.read(p, true), by.read(p, false), bound, 1e-3,
+    tally.check(what + label({{"m", m}}), by.read(p, true), by.read(p, false), bound, tight,
                 std::sqrt(in) / 3);
 }
 
@@ -253,38 +256,123 @@ TEST(VulkanKernels, LinearFloatWeights) {
     EXPECT_EQ(dev::vulkan_validation_errors(), 0);
 }
 
+namespace {
+
+// out rows of `in` values in a ggml block type: quantised from random values where clef has the type's
+// quantiser, else (IQ1_S, IQ1_M) random block bytes with a sane fp16 scale.
+std::vector<unsigned char> quantised_rows(GgmlType type, int64_t out, int64_t in, uint32_t seed) {
+    QuantMatrix q;
+    q.type = type, q.rows = out, q.cols = in;
+    std::vector<unsigned char> bytes(out * q.row_bytes());
+    if (ggml_type_writable(type)) {
+        const auto values = random_values(out * in, seed);
+        for (int64_t r = 0; r < out; ++r)
+            quantize_row(type, values.data() + r * in, bytes.data() + r * q.row_bytes(), in);
+        return bytes;
+    }
+    std::mt19937 rng(seed);
+    for (unsigned char& b : bytes) b = static_cast<unsigned char>(rng());
+    const int64_t block = type == GgmlType::IQ1_S ? 50 : 56;
+    const uint16_t d = f32_to_f16(0.0625f);
+    for (size_t at = 0; at < bytes.size(); at += block) {
+        if (type == GgmlType::IQ1_S) {
+            std::memcpy(&bytes[at], &d, 2);
+        } else {  // IQ1_M: the scale's four nibbles on top of the four u16 scale words at byte 48
+            for (int i = 0; i < 4; ++i) {
+                uint16_t sc;
+                std::memcpy(&sc, &bytes[at + 48 + 2 * i], 2);
+                sc = static_cast<uint16_t>((sc & 0x0fff) | (((d >> (4 * i)) & 0xf) << 12));
+                std::memcpy(&bytes[at + 48 + 2 * i], &sc, 2);
+            }
+        }
+    }
+    return bytes;
+}
+
+// The weights of a matrix on the device, read back exactly: one-hot input rows (row k selects column k) make
+// y = Wᵀ with every other product an exact zero.
+std::vector<float> read_back_weights(const dev::Matrix& mg, int64_t in, int64_t out) {
+    Pair p;
+    std::vector<float> x(in * in, 0.f);
+    for (int64_t k = 0; k < in; ++k) x[k * in + k] = 1.f;
+    const dev::Tensor gx = on(*p.g, x), gy = p.g->scratch(in * out);
+    p.g->linear(mg, gx.span(), in, gy.span());
+    const std::vector<float> y = p.g->read(gy.span());
+    std::vector<float> w(out * in);
+    for (int64_t k = 0; k < in; ++k)
+        for (int64_t o = 0; o < out; ++o) w[o * in + k] = y[k * out + o];
+    return w;
+}
+
+}  // namespace
+
+// Every ggml block type that GGUF files of these models use is read as it is (shaders/dequant.glsl): its
+// weights widen to the very fp32 values the CPU's dequantisers give (read back through one-hot inputs), and
+// the GEMM agrees with the CPU's within the fp32 sum bound. Rows of one block and of several, 1 to 130 rows.
 TEST(VulkanKernels, LinearQuantisedWeights) {
-    // Q8_0 and Q4_0 are read as they are; Q4_K is widened to fp32 at upload (its rows are whole 256-value
-    // blocks: in = 256). Both devices multiply by the same dequantised values (d * q is exact in fp32).
-    Tally tally("linear Q8_0/Q4_0/Q4_K");
-    for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K})
-        for (int64_t in : type == GgmlType::Q4_K ? std::vector<int64_t>{256} : std::vector<int64_t>{32, 96})
+    Tally tally("linear, ggml block types");
+    const GgmlType types[] = {GgmlType::Q8_0,    GgmlType::Q4_0,   GgmlType::Q4_1,   GgmlType::Q5_0,
+                              GgmlType::Q5_1,    GgmlType::Q2_K,   GgmlType::Q3_K,   GgmlType::Q4_K,
+                              GgmlType::Q5_K,    GgmlType::Q6_K,   GgmlType::IQ4_NL, GgmlType::IQ4_XS,
+                              GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S,  GgmlType::IQ3_XXS,
+                              GgmlType::IQ3_S,   GgmlType::IQ1_S,  GgmlType::IQ1_M};
+    for (GgmlType type : types) {
+        const std::string name = ggml_type_name(static_cast<uint32_t>(type));
+        const int64_t block = ggml_type_traits(static_cast<uint32_t>(type)).block_size;
+        for (int64_t in : {block, 3 * block})
             for (int64_t out : {1, 67, 130}) {
-                const auto values = random_values(out * in, static_cast<uint32_t>(out * 17 + in));
+                SCOPED_TRACE(name + label({{" in", in}, {"out", out}}));
+                const auto bytes = quantised_rows(type, out, in, static_cast<uint32_t>(out * 17 + in));
                 QuantMatrix q;
-                q.type = type, q.rows = out, q.cols = in;
-                std::vector<unsigned char> bytes(out * q.row_bytes());
-                for (int64_t r = 0; r < out; ++r)
-                    quantize_row(type, values.data() + r * in, bytes.data() + r * q.row_bytes(), in);
-                q.data = bytes.data();
+                q.type = type, q.rows = out, q.cols = in, q.data = bytes.data();
                 std::vector<float> w(out * in);
                 for (int64_t r = 0; r < out; ++r) q.row_f32(r, w.data() + r * in);
-                for (bool with_bias : {false, true}) {
-                    dev::MatrixSource src;
-                    src.quant = &q;
-                    if (with_bias) src.bias = random_values(out, static_cast<uint32_t>(out + 9));
-                    const auto mg = gpu().matrix(src);
-                    src.paths = dev::Paths::Reference;
-                    const auto mc = dev::cpu().matrix(src);
-                    for (int64_t m : {1, 5, 70})
-                        run_linear(tally,
-                                   ggml_type_name(static_cast<uint32_t>(type)) +
-                                       label({{" in", in}, {"out", out}, {"bias", with_bias}}) + " ",
-                                   *mg, *mc, w, src.bias, m, in, out);
+                dev::MatrixSource src;
+                src.quant = &q;
+                if (in == block) {  // without a bias
+                    const auto plain = gpu().matrix(src);
+                    EXPECT_EQ(plain->resident_bytes(), (bytes.size() + 3) & ~size_t{3}) << "not resident as it is";
+                    const std::vector<float> got = read_back_weights(*plain, in, out);
+                    size_t differ = 0;
+                    for (size_t i = 0; i < w.size(); ++i) differ += got[i] != w[i];
+                    EXPECT_EQ(differ, 0u) << "weights that widen to another value than on the CPU";
                 }
+                src.bias = random_values(out, static_cast<uint32_t>(out + 9));
+                const auto mg = gpu().matrix(src);
+                src.paths = dev::Paths::Reference;
+                const auto mc = dev::cpu().matrix(src);
+                for (int64_t m : {1, 70})
+                    run_linear(tally, name + label({{" in", in}, {"out", out}}) + " ", *mg, *mc, w, src.bias, m,
+                               in, out, 1e-2);
             }
+    }
     EXPECT_EQ(dev::vulkan_validation_errors(), 0);
 }
+
+// A GGUF's tiled value heads (QuantMatrix col_map: logical column group g stored as group col_map[g]): the
+// device keeps the file's rows and puts the input's groups in the stored order first.
+TEST(VulkanKernels, LinearStoredColumnOrder) {
+    Tally tally("linear, permuted column groups");
+    const int64_t group = 128, groups = 4, in = group * groups, out = 70;
+    for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q8_0}) {
+        const auto bytes = quantised_rows(type, out, in, 99);
+        QuantMatrix q;
+        q.type = type, q.rows = out, q.cols = in, q.data = bytes.data();
+        q.col_group = group, q.col_map = {2, 0, 3, 1};
+        std::vector<float> w(out * in);
+        for (int64_t r = 0; r < out; ++r) q.row_f32(r, w.data() + r * in);  // logical order
+        dev::MatrixSource src;
+        src.quant = &q;
+        const auto mg = gpu().matrix(src);
+        src.paths = dev::Paths::Reference;
+        const auto mc = dev::cpu().matrix(src);
+        for (int64_t m : {1, 9})
+            run_linear(tally, ggml_type_name(static_cast<uint32_t>(type)) + " ", *mg, *mc, w, {}, m, in, out,
+                       1e-2);
+    }
+    EXPECT_EQ(dev::vulkan_validation_errors(), 0);
+}
+
 
 namespace {
 

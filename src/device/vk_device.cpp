@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -13,6 +14,7 @@
 #include "device/device.h"
 #include "device/vk_context.h"
 #include "device/vulkan.h"
+#include "ops/iq_tables.h"
 #include "util/error.h"
 
 namespace clef::dev {
@@ -129,6 +131,10 @@ public:
     std::string kernel;
     std::vector<Part> parts_;
     std::shared_ptr<Alloc> bias;
+    // Column groups stored out of order (QuantMatrix col_map): stored group s holds logical group from[s], of
+    // col_group columns; the input is gathered into that order before the GEMM.
+    std::shared_ptr<Alloc> from;
+    int64_t col_group = 0;
 };
 
 // 32-bit push constants, in the order the shader's block declares them.
@@ -256,11 +262,16 @@ public:
         return std::make_unique<VkStream>(*this, opt);
     }
 
+    // The i-quants' lookup tables (shaders/dequant.glsl), uploaded with the first matrix that needs them.
+    const std::shared_ptr<Alloc>& iq_tables();
+
     Context ctx_;
     std::shared_ptr<Pool> pool_;
     std::shared_ptr<Alloc> dummy_;  // bound where a kernel's optional input is absent
 
 private:
+    std::once_flag tables_once_;
+    std::shared_ptr<Alloc> tables_;
     void upload_rows(VkMatrix& m, const std::vector<unsigned char>& bytes, uint64_t row_bytes);
 };
 
@@ -437,15 +448,28 @@ void VkStream::norm(Span x, int64_t rows, int64_t d, int64_t per, int64_t x_ld, 
     dispatch("norm", {x, w, bz, y}, 8u, pc, grid_for(rows));
 }
 
+// A device allocation of the device's own (weights, tables) as a span a kernel can bind.
+Tensor bound(const std::shared_ptr<Alloc>& a) {
+    return a ? Tensor(std::make_unique<DeviceBuffer>(a, nullptr), 1) : Tensor();
+}
+
 void VkStream::linear(const Matrix& mat, Span x, int64_t m, Span y) {
     const auto& w = dynamic_cast<const VkMatrix&>(mat);
     if (m == 0) return;
-    const Tensor bias = w.bias ? Tensor(std::make_unique<DeviceBuffer>(w.bias, nullptr), w.out()) : Tensor();
+    Tensor gathered;
+    if (w.from) {  // the input's column groups in the stored order
+        gathered = scratch(m * w.in(), Elem::F32);
+        const int64_t groups = w.in() / w.col_group;
+        dispatch("gather_cols", {x, bound(w.from).span(), gathered.span()}, 4u,
+                 Push().u(m).u(groups).u(w.col_group).u(x.off).u(w.in()).u(0), grid_1d(m * w.in()));
+        x = gathered.span();
+    }
+    const Tensor bias = bound(w.bias), tables = bound(dev_.iq_tables());
     for (const VkMatrix::Part& p : w.parts_) {
-        const Tensor wt(std::make_unique<DeviceBuffer>(p.w, nullptr), 1);
+        const Tensor wt = bound(p.w);
         Push pc;
         pc.u(m).u(p.rows).u(w.in()).u(x.off).u(w.in()).u(y.off).u(w.out()).u(p.row0).u(w.bias ? 1 : 0);
-        dispatch(w.kernel, {x, wt.span(), bias.span(), y}, 8u, pc,
+        dispatch(w.kernel, {x, wt.span(), bias.span(), y, tables.span()}, 8u, pc,
                  {static_cast<uint32_t>((p.rows + 63) / 64), static_cast<uint32_t>((m + 63) / 64), 1});
     }
 }
@@ -538,22 +562,67 @@ void VkStream::memory_attention(Span q, int64_t lq, int heads, int64_t w, Span w
 
 // ---- weights ----
 
-// The linear kernel's name for a type the shaders read as it is ("" for the others).
+// The linear kernel's name for a type the shaders read as it is ("" for the others): linear_<ggml name>.
 std::string kernel_for(GgmlType t) {
     switch (t) {
         case GgmlType::F32:
-            return "linear_f32";
         case GgmlType::BF16:
-            return "linear_bf16";
         case GgmlType::F16:
-            return "linear_f16";
         case GgmlType::Q8_0:
-            return "linear_q8_0";
         case GgmlType::Q4_0:
-            return "linear_q4_0";
+        case GgmlType::Q4_1:
+        case GgmlType::Q5_0:
+        case GgmlType::Q5_1:
+        case GgmlType::Q2_K:
+        case GgmlType::Q3_K:
+        case GgmlType::Q4_K:
+        case GgmlType::Q5_K:
+        case GgmlType::Q6_K:
+        case GgmlType::IQ4_NL:
+        case GgmlType::IQ4_XS:
+        case GgmlType::IQ2_XXS:
+        case GgmlType::IQ2_XS:
+        case GgmlType::IQ2_S:
+        case GgmlType::IQ3_XXS:
+        case GgmlType::IQ3_S:
+        case GgmlType::IQ1_S:
+        case GgmlType::IQ1_M:
+        {
+            std::string name = ggml_type_name(static_cast<uint32_t>(t));  // "q4_K": the kernel is linear_q4_k
+            std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+            return "linear_" + name;
+        }
         default:
             return "";
     }
+}
+
+// The words of the i-quant table buffer, in the order of shaders/dequant.glsl's TAB_ offsets.
+std::vector<uint32_t> iq_table_words() {
+    constexpr size_t kWords = 8484;  // dequant.glsl TAB_WORDS
+    const std::pair<const void*, size_t> tables[] = {
+        {ops::kIq2xxsGrid, sizeof ops::kIq2xxsGrid}, {ops::kIq2xsGrid, sizeof ops::kIq2xsGrid},
+        {ops::kIq2sGrid, sizeof ops::kIq2sGrid},     {ops::kIq3xxsGrid, sizeof ops::kIq3xxsGrid},
+        {ops::kIq3sGrid, sizeof ops::kIq3sGrid},     {ops::kIq1sGrid, sizeof ops::kIq1sGrid},
+        {ops::kIq2Signs, sizeof ops::kIq2Signs},     {ops::kIq4nlValues, sizeof ops::kIq4nlValues}};
+    std::vector<uint32_t> v(kWords);
+    size_t at = 0;  // in bytes; every table is a whole number of words
+    for (const auto& [p, bytes] : tables) {
+        if (at + bytes > kWords * 4) throw Error("vulkan: the i-quant tables outgrew the shaders' layout");
+        std::memcpy(reinterpret_cast<unsigned char*>(v.data()) + at, p, bytes);
+        at += bytes;
+    }
+    if (at != kWords * 4) throw Error("vulkan: the i-quant tables do not have the layout the shaders read");
+    return v;
+}
+
+const std::shared_ptr<Alloc>& VulkanDevice::iq_tables() {
+    std::call_once(tables_once_, [this] {
+        const std::vector<uint32_t> words = iq_table_words();
+        tables_ = ctx_.alloc(words.size() * 4);
+        ctx_.write(*tables_, 0, words.data(), words.size() * 4);
+    });
+    return tables_;
 }
 
 std::string kernel_for(DType t) {
@@ -580,14 +649,22 @@ std::unique_ptr<Matrix> VulkanDevice::matrix(const MatrixSource& s) {
     if (s.quant) {
         const QuantMatrix& q = *s.quant;
         m->out_ = q.rows, m->in_ = q.cols;
-        m->kernel = q.col_map.empty() ? kernel_for(q.type) : "";
+        m->kernel = kernel_for(q.type);
+        if (!m->kernel.empty() && !q.col_map.empty()) {
+            m->col_group = q.col_group;
+            std::vector<uint32_t> from(q.col_map.size());
+            for (size_t g = 0; g < q.col_map.size(); ++g)
+                from.at(static_cast<size_t>(q.col_map[g])) = static_cast<uint32_t>(g);
+            m->from = ctx_.alloc(from.size() * 4);
+            ctx_.write(*m->from, 0, from.data(), from.size() * 4);
+        }
         if (!m->kernel.empty()) {  // the file's rows as they are, in logical order
             row_bytes = q.row_bytes();
             bytes.resize(q.rows * row_bytes);
             for (int64_t r = 0; r < q.rows; ++r)
                 std::memcpy(bytes.data() + r * row_bytes,
                             q.data + (q.row_map.empty() ? r : q.row_map[r]) * row_bytes, row_bytes);
-        } else {  // TODO(issue 29, point 3): the K-quant and IQ kernels; until then widened rows
+        } else {  // a type no shader reads (none that GGUF files of these models use): widened rows
             m->kernel = "linear_f32";
             row_bytes = q.cols * 4;
             bytes.resize(q.rows * row_bytes);

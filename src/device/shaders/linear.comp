@@ -1,8 +1,8 @@
-// y[m][col0 + o] = sum_k x[m][k] * W[o][k] + b[col0 + o] (W: rows col0 .. of the matrix): the projection GEMM (device/device.h Stream::linear), one
-// 64 x 64 tile of y per workgroup, 4 x 4 values per invocation, K in steps of 16 through shared memory, fp32
-// accumulation. The weights stay in their file's type and are widened in the tile load, by WTYPE:
-//   0 F32, 1 BF16, 2 F16 (two elements per 32-bit word), 3 Q8_0 (34-byte blocks: fp16 scale, 32 int8),
-//   4 Q4_0 (18-byte blocks: fp16 scale, 16 bytes of 4-bit values offset by 8; low nibbles first).
+// y[m][col0 + o] = sum_k x[m][k] * W[o][k] + b[col0 + o] (W: rows col0 .. of the matrix): the projection GEMM
+// (device/device.h Stream::linear), one 64 x 64 tile of y per workgroup, 4 x 4 values per invocation, K in
+// steps of 16 through shared memory, fp32 accumulation. The weights stay in their file's type and are widened
+// in the tile load, by WTYPE: 0 F32, 1 BF16, 2 F16 (two elements per 32-bit word), 3 and up the ggml block
+// types (dequant.glsl).
 #version 450
 #include "common.glsl"
 layout(local_size_x = 256) in;
@@ -14,34 +14,28 @@ layout(std430, binding = 1) buffer Wt { uint w[]; };
 #endif
 layout(std430, binding = 2) buffer Bi { float bias[]; };
 layout(std430, binding = 3) buffer Y { float y[]; };
+layout(std430, binding = 4) buffer Tb { uint tab[]; };
 layout(push_constant) uniform P { uint M, N, K, ox, x_ld, oy, y_ld, col0, has_bias; } p;
 
 shared float xs[16][65];
 shared float ws[16][65];
 
 #if WTYPE >= 3
-uint byte_at(uint b) { return (w[b >> 2] >> (8u * (b & 3u))) & 0xffu; }
-float half_at(uint b) { return unpackHalf2x16(byte_at(b) | (byte_at(b + 1u) << 8)).x; }
+#include "dequant.glsl"
 #endif
 
 float wval(uint o, uint k) {
-    uint e = o * p.K + k;
 #if WTYPE == 0
-    return w[e];
+    return w[o * p.K + k];
 #elif WTYPE == 1
+    uint e = o * p.K + k;
     return bf16_at(w[e >> 1], e);
 #elif WTYPE == 2
+    uint e = o * p.K + k;
     vec2 h = unpackHalf2x16(w[e >> 1]);
     return (e & 1u) == 0u ? h.x : h.y;
-#elif WTYPE == 3
-    uint blk = e >> 5, base = blk * 34u;
-    int q = int(byte_at(base + 2u + (e & 31u)) << 24) >> 24;
-    return half_at(base) * float(q);
 #else
-    uint blk = e >> 5, base = blk * 18u, j = e & 31u;
-    uint b = byte_at(base + 2u + (j & 15u));
-    int q = int(j < 16u ? (b & 15u) : (b >> 4)) - 8;
-    return half_at(base) * float(q);
+    return wval_block(o, k, p.K);
 #endif
 }
 
