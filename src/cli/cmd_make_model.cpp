@@ -1,4 +1,4 @@
-// `clef make-model --preset tiny|flash-shaped|clef27-shaped [--layers N] [--seed S] [--no-vision]
+// `clef make-model --preset tiny|small|flash-shaped|clef27-shaped [--layers N] [--seed S] [--no-vision]
 // [--shard-size BYTES]
 // [--force] --out DIR`: write a random checkpoint in the publisher layout (see tools/make_model.h).
 #include <unistd.h>
@@ -85,13 +85,15 @@ void add_make_model_command(CLI::App& app) {
                                        "joint head, tokenizer, processor)");
     cmd->add_option(
            "--preset", args->model.preset,
-           "Sizes: tiny (the test fixture's), flash-shaped (Clef-Flash's) or clef27-shaped (Clef 27B's)")
+           "Sizes: tiny (the test fixture's), small (4 layers of 256-wide rows, which the K-quant and "
+           "i-quant GGUF types take), flash-shaped (Clef-Flash's) or clef27-shaped (Clef 27B's)")
         ->required()
-        ->check(CLI::IsMember({"tiny", "flash-shaped", "clef27-shaped"}));
-    cmd->add_option("--layers", args->model.layers,
-                    "Number of backbone layers (default: tiny 8, flash-shaped 32, clef27-shaped 64); layer i "
-                    "is full attention "
-                    "iff (i+1) % 4 == 0")
+        ->check(CLI::IsMember({"tiny", "small", "flash-shaped", "clef27-shaped"}));
+    cmd->add_option(
+           "--layers", args->model.layers,
+           "Number of backbone layers (default: tiny 8, small 4, flash-shaped 32, clef27-shaped 64); layer i "
+           "is full attention "
+           "iff (i+1) % 4 == 0")
         ->check(CLI::Range(1, 1024));
     cmd->add_option("--seed", args->model.seed, "Random seed (same seed, same bytes)")->capture_default_str();
     cmd->add_flag("--no-vision", args->no_vision,

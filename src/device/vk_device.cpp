@@ -491,14 +491,20 @@ void VkStream::gdn_gates(Span b, Span a, int64_t T, int Hv, Span A_log, Span dt_
              Push().u(n).u(Hv).u(b.off).u(a.off).u(A_log.off).u(dt_bias.off), grid_1d(n));
 }
 
+// Tokens per delta-rule dispatch: the state goes through device memory between dispatches.
+constexpr int64_t kDeltaRuleTokens = 64;
+
 void VkStream::delta_rule(const DeltaRule& d) {
     if (d.dk > 256) throw Error("vulkan: delta rule heads of key width over 256");
-    if (d.T == 0) return;
-    Push pc;
-    pc.u(d.T).u(d.Hk).u(d.Hv).u(d.dk).u(d.dv).u(d.q_ld).u(d.k_ld).u(d.v_ld);
-    pc.u(d.q.off).u(d.k.off).u(d.v.off).u(d.beta.off).u(d.g.off).u(d.out.off).u(d.state.off);
-    dispatch("delta_rule", {d.q, d.k, d.v, d.beta, d.g, d.out, d.state}, (1u << 5) | (1u << 6), pc,
-             {static_cast<uint32_t>(d.Hv), static_cast<uint32_t>((d.dv + 63) / 64), 1});
+    for (int64_t t0 = 0; t0 < d.T; t0 += kDeltaRuleTokens) {
+        const int64_t T = std::min<int64_t>(kDeltaRuleTokens, d.T - t0);
+        Push pc;
+        pc.u(T).u(d.Hk).u(d.Hv).u(d.dk).u(d.dv).u(d.q_ld).u(d.k_ld).u(d.v_ld);
+        pc.u(d.q.off + t0 * d.q_ld).u(d.k.off + t0 * d.k_ld).u(d.v.off + t0 * d.v_ld);
+        pc.u(d.beta.off + t0 * d.Hv).u(d.g.off + t0 * d.Hv).u(d.out.off + t0 * d.Hv * d.dv).u(d.state.off);
+        dispatch("delta_rule", {d.q, d.k, d.v, d.beta, d.g, d.out, d.state}, (1u << 5) | (1u << 6), pc,
+                 {static_cast<uint32_t>(d.Hv), static_cast<uint32_t>((d.dv + 63) / 64), 1});
+    }
 }
 
 void VkStream::split_query_gate(Span qg, int64_t T, int nh, int hd, Span q, Span gate) {
@@ -586,10 +592,10 @@ std::string kernel_for(GgmlType t) {
         case GgmlType::IQ3_XXS:
         case GgmlType::IQ3_S:
         case GgmlType::IQ1_S:
-        case GgmlType::IQ1_M:
-        {
+        case GgmlType::IQ1_M: {
             std::string name = ggml_type_name(static_cast<uint32_t>(t));  // "q4_K": the kernel is linear_q4_k
-            std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+            std::transform(name.begin(), name.end(), name.begin(),
+                           [](unsigned char c) { return std::tolower(c); });
             return "linear_" + name;
         }
         default:

@@ -81,6 +81,11 @@ Preset preset_of(const MakeModelOptions& opt) {
         set_head(d.head, 64, 32, 4, 64, 2, 4);
         set_vision(d.vision, 2, 32, 2, 48, 16, 64);
         d.img_shortest = 4096, d.img_longest = 12288, d.vid_shortest = 1024, d.vid_longest = 24576;
+    } else if (opt.preset == "small") {  // 256-wide rows: the K-quant and i-quant GGUF types apply
+        set_text(d.text, 256, 4, 4, 2, 64, 2, 4, 64, 512, 320, {4, 2, 2});
+        set_head(d.head, 256, 64, 4, 128, 2, 4);
+        set_vision(d.vision, 2, 64, 2, 96, 16, 256);
+        d.img_shortest = 4096, d.img_longest = 12288, d.vid_shortest = 1024, d.vid_longest = 24576;
     } else if (opt.preset == "flash-shaped") {
         set_text(d.text, 4096, 32, 16, 4, 256, 16, 32, 128, 12288, 248320, {11, 11, 10});
         set_head(d.head, 4096, 1024, 16, 4096, 2, 4);
@@ -94,7 +99,7 @@ Preset preset_of(const MakeModelOptions& opt) {
         d.output_gate_key = true;
     } else {
         throw Error("make-model: unknown preset '" + opt.preset +
-                    "' (expected tiny, flash-shaped or clef27-shaped)");
+                    "' (expected tiny, small, flash-shaped or clef27-shaped)");
     }
     if (opt.layers != -1) {
         if (opt.layers < 1 || opt.layers > 1024)

@@ -34,8 +34,8 @@
 namespace clef {
 
 struct MakeModelOptions {
-    std::string preset;  // "tiny" | "flash-shaped" | "clef27-shaped"
-    int layers = -1;     // -1: the preset's default (tiny 8, flash-shaped 32, clef27-shaped 64)
+    std::string preset;  // "tiny" | "small" (256-wide rows) | "flash-shaped" | "clef27-shaped"
+    int layers = -1;     // -1: the preset's default (tiny 8, small 4, flash-shaped 32, clef27-shaped 64)
     uint64_t seed = 1;
     bool vision = true;      // false: no vision_config and no model.visual.* tensors
     size_t shard_bytes = 0;  // > 0: model-0000k-of-0000n.safetensors shards of at most this many tensor bytes

@@ -2,7 +2,7 @@
 // the GEMM's tile load calls (linear.comp). The layouts and the arithmetic are those of ops/quant_blocks.h,
 // quant/quant.cpp, quant/dequant_lowbit.cpp and ops/iq_groups.h, operation for operation (products and
 // differences rounded separately: `precise` keeps the compiler from fusing them), so a weight widens to the
-// same fp32 value as on the CPU. The i-quants' grids come in a table buffer (binding 4) that the host fills
+// same value as on the CPU (quant/quant.h dequantize_row_bf16: fp32, then bf16). The i-quants' grids come in a table buffer (binding 4) that the host fills
 // from ops/iq_tables.h in the order of the TAB_ offsets below (device/vk_device.cpp iq_table_words).
 //
 // The including shader declares `w` (uint words, binding 1), `tab` (uint words, binding 4) and WTYPE:
@@ -211,7 +211,9 @@ float dequant(uint b, uint j) {
 #endif
 }
 
-// Element (o, k) of the matrix: rows of K / QK whole blocks.
+// Element (o, k) of the matrix: rows of K / QK whole blocks, rounded to bf16 (to nearest even) as the CPU's
+// row provider rounds them (docs/GGUF.md: compute runs on bf16 weights), so both devices multiply by the
+// same weights.
 float wval_block(uint o, uint k, uint K) {
-    return dequant((o * (K / QK) + k / QK) * BS, k % QK);
+    return uintBitsToFloat(bf16_bits(dequant((o * (K / QK) + k / QK) * BS, k % QK)) << 16);
 }
