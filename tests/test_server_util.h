@@ -16,11 +16,12 @@ namespace clef::testing {
 
 class RunningServer {
 public:
-    explicit RunningServer(ServerOptions opt) {
+    // The tiny fixture model loaded with `load` (LoadOptions: the device, the state cache).
+    explicit RunningServer(ServerOptions opt, LoadOptions load = {}) {
         opt.host = "127.0.0.1";
         opt.port = 0;
         const std::string model = data_path("tiny-clef");
-        server_ = std::make_unique<Server>(opt, [model] { return Engine::load(model); });
+        server_ = std::make_unique<Server>(opt, [model, load] { return Engine::load(model, "", load); });
         if (!server_->bind()) throw std::runtime_error(server_->error());
         thread_ = std::thread([this] { server_->run(); });
         for (int i = 0; i < 4000 && !server_->ready(); ++i)

@@ -195,12 +195,20 @@ public:
                                   int64_t T, Span out) = 0;
 };
 
+// A device's memory: its device-local heaps and what this process holds in them (0 and 0 for the CPU, whose
+// memory the server's memory plan counts).
+struct DeviceMemory {
+    uint64_t total = 0;
+    uint64_t used = 0;
+};
+
 // A device: where buffers live and kernels run.
 class Device {
 public:
     virtual ~Device() = default;
     virtual std::string name() const = 0;
     virtual bool is_cpu() const = 0;
+    virtual DeviceMemory memory() const { return {}; }
     // A weight vector (norms, biases, decays), copied to the device.
     virtual Tensor vector(std::vector<float> v) = 0;
     // A weight matrix (src.paths: which paths of a CPU stream can run it).

@@ -48,6 +48,7 @@ Alloc::~Alloc() {
     if (mapped) vkUnmapMemory(ctx->device(), mem);
     if (buf) vkDestroyBuffer(ctx->device(), buf, nullptr);
     if (mem) vkFreeMemory(ctx->device(), mem, nullptr);
+    if (counted) ctx->release_bytes(bytes);
 }
 
 int Context::validation_errors() {
@@ -198,6 +199,10 @@ std::shared_ptr<Alloc> Context::alloc(uint64_t bytes, bool host_visible) {
     check(vkAllocateMemory(dev_, &ai, nullptr, &a->mem), fmt::format("{} bytes", req.size).c_str());
     check(vkBindBufferMemory(dev_, a->buf, a->mem, 0), "binding buffer memory");
     if (host_visible) check(vkMapMemory(dev_, a->mem, 0, VK_WHOLE_SIZE, 0, &a->mapped), "mapping memory");
+    if (!host_visible) {
+        a->counted = true;
+        allocated_ += a->bytes;
+    }
     return a;
 }
 

@@ -25,6 +25,7 @@ class Context;
 // buffer).
 struct Alloc {
     Context* ctx = nullptr;
+    bool counted = false;  // device memory, in Context::allocated()
     VkBuffer buf = VK_NULL_HANDLE;
     VkDeviceMemory mem = VK_NULL_HANDLE;
     uint64_t bytes = 0;
@@ -73,6 +74,10 @@ public:
     // dst[dst_off ..] = bytes of host memory, through a staging buffer, waiting for the copy.
     void write(const Alloc& dst, uint64_t dst_off, const void* src, uint64_t bytes);
 
+    // Bytes of device memory this context holds (buffers, not staging).
+    uint64_t allocated() const { return allocated_.load(); }
+    void release_bytes(uint64_t n) { allocated_ -= n; }
+
     // Messages of severity error the validation layer reported (0 without the layer).
     static int validation_errors();
 
@@ -93,6 +98,7 @@ private:
     VkPhysicalDeviceMemoryProperties mem_{};
     std::mutex queue_mu_, pool_mu_, pipe_mu_;
     std::map<std::string, Pipeline> pipelines_;
+    std::atomic<uint64_t> allocated_{0};
 };
 
 }  // namespace clef::dev::vk

@@ -245,6 +245,7 @@ public:
         : ctx_(index), pool_(std::make_shared<Pool>(ctx_, nullptr)), dummy_(ctx_.alloc(16)) {}
     std::string name() const override { return ctx_.info().name; }
     bool is_cpu() const override { return false; }
+    DeviceMemory memory() const override { return {ctx_.info().device_local_bytes(), ctx_.allocated()}; }
     Tensor vector(std::vector<float> v) override {
         auto a = ctx_.alloc(v.size() * 4);
         ctx_.write(*a, 0, v.data(), v.size() * 4);

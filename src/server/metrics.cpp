@@ -48,6 +48,24 @@ void ServerMetrics::count_request(const std::string& route, int status) {
     ++requests_[{route, status}];
 }
 
+namespace {
+
+// A Prometheus label value: backslash, double quote and newline escaped.
+std::string label_value(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+        if (c == '\\' || c == '"') out += '\\';
+        if (c == '\n') {
+            out += "\\n";
+            continue;
+        }
+        out += c;
+    }
+    return out;
+}
+
+}  // namespace
+
 std::string ServerMetrics::render() const {
     std::string out;
     out += "# HELP clef_requests_total HTTP requests by route and status.\n# TYPE clef_requests_total counter\n";
@@ -81,6 +99,15 @@ std::string ServerMetrics::render() const {
              cache_.tokens_reused);
         line("clef_state_cache_bytes", "gauge", "Bytes the state cache holds.", cache_.bytes);
         line("clef_state_cache_budget_bytes", "gauge", "The state cache's budget (0: off).", cache_.budget);
+        if (!device_.kind.empty()) {
+            out += "# HELP clef_device_info The device the model runs on.\n# TYPE clef_device_info gauge\n";
+            out += "clef_device_info{kind=\"" + label_value(device_.kind) + "\",name=\"" +
+                   label_value(device_.name) + "\"} 1\n";
+            line("clef_device_memory_bytes", "gauge", "The device's device-local memory (0: the CPU).",
+                 device_.memory);
+            line("clef_device_memory_used_bytes", "gauge",
+                 "Device memory the model holds (weights, buffers).", device_.used);
+        }
     }
     out += "# HELP clef_queue_depth Decisions waiting for the worker.\n# TYPE clef_queue_depth gauge\n";
     out += "clef_queue_depth " + std::to_string(queue_depth_.load()) + "\n";

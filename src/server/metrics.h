@@ -43,6 +43,16 @@ public:
         std::lock_guard<std::mutex> lock(mu_);
         cache_ = s;
     }
+    // The device the model runs on: kind "cpu" or "vulkan", its name, its device-local memory and what the
+    // model holds there (bytes).
+    struct Device {
+        std::string kind, name;
+        uint64_t memory = 0, used = 0;
+    };
+    void set_device(Device d) {
+        std::lock_guard<std::mutex> lock(mu_);
+        device_ = std::move(d);
+    }
 
     std::string render() const;
 
@@ -54,6 +64,7 @@ private:
     std::atomic<double> load_seconds_{0};
     std::atomic<bool> ready_{false};
     StateCacheStats cache_;  // under mu_
+    Device device_;          // under mu_
 };
 
 }  // namespace clef

@@ -19,6 +19,12 @@ std::string detail_string(const std::string& message) {
     return write_json(error_detail_text(message));
 }
 
+ServerMetrics::Device device_of(const Engine& e) {
+    const dev::Device& d = e.device();
+    const dev::DeviceMemory m = d.memory();
+    return {d.is_cpu() ? "cpu" : "vulkan", d.name(), m.total, m.used};
+}
+
 JsonValue capabilities_json(const ModelCard& m) {
     std::vector<JsonValue> caps = {str("systemone"), str("decision")};
     if (m.vision) {
@@ -94,6 +100,14 @@ void Server::Impl::handle_models(httplib::Response& res) {
         if (m.parameter_count > 0) c.set("parameter_count", JsonValue::integer(m.parameter_count));
         if (!m.format.empty()) c.set("format", str(m.format));
         c.set("ready", JsonValue::boolean(loaded));
+        if (loaded) {
+            const ServerMetrics::Device d = device_of(*engine);
+            c.set("device", JsonValue::object(
+                                {{"kind", str(d.kind)},
+                                 {"name", str(d.name)},
+                                 {"memory_bytes", JsonValue::integer(static_cast<int64_t>(d.memory))},
+                                 {"memory_used_bytes", JsonValue::integer(static_cast<int64_t>(d.used))}}));
+        }
         return c;
     };
     std::vector<JsonValue> cards;

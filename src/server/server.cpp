@@ -107,6 +107,7 @@ void Server::Impl::setup_routes() {
             respond(res, 503, load_failed ? R"({"status":"failed"})" : R"({"status":"loading"})");
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+        if (ready) metrics.set_device(device_of(*engine));
         res.status = 200;
         res.set_content(metrics.render(), "text/plain; version=0.0.4");
     });

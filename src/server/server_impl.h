@@ -38,6 +38,8 @@ std::string detail_string(const std::string& message);
 std::string ollama_error(const std::string& message);
 // What the model does: System One decisions, with images and videos when its vision tower is loaded.
 JsonValue capabilities_json(const ModelCard& m);
+// The device the engine runs on, as /metrics and /v1/models name it.
+ServerMetrics::Device device_of(const Engine& e);
 // Whether a Content-Type header names JSON in UTF-8 (routes.cpp); 415 with kContentTypeMessage otherwise.
 bool json_content_type(const std::string& header);
 extern const char* const kContentTypeMessage;
