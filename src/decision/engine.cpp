@@ -80,31 +80,65 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const std::s
     e->head_config_ = m.head_config;
     e->tokenizer_ = std::make_unique<Tokenizer>(m.tokenizer_in_gguf ? Tokenizer::from_gguf(m.tokenizer_path)
                                                                     : Tokenizer::load(m.tokenizer_path));
+    e->model_path_ = model_path, e->head_dir_ = head_dir, e->options_ = options;
     e->open_device(options.device);
-    e->weights_ = std::move(m.weights);
-    e->backbone_ = std::make_unique<Backbone>(
-        e->config_.text, *e->weights_,
-        options.unpack_quantised ? ops::Residency::Packed : ops::Residency::Streamed, *e->device_);
-    // The head converts its tensors to fp32 and packs them: its source is released once the head is built.
-    const std::unique_ptr<WeightSource> head = std::move(m.head);
-    const std::string lm_head = text_tensor(e->config_.text, TextWeight::LmHead).hf;
-    std::string lexical = lm_head;
-    if (!e->weights_->has(lexical) && e->config_.text.tie_word_embeddings)
-        lexical = text_name(text_tensor(e->config_.text, TextWeight::Embed), e->backbone_->prefix());
-    if (const QuantMatrix* q = e->weights_->find_matrix(lexical))
-        e->head_ = std::make_unique<JointHead>(e->head_config_, *head, *q, false, *e->device_);
-    else if (const TensorView* t = e->weights_->find(lexical))
-        e->head_ = std::make_unique<JointHead>(e->head_config_, *head, *t, false, *e->device_);
-    else
-        throw Error(e->weights_->description() + ": missing tensor " + lm_head +
-                    " (the head's lexical table)");
-    e->vision_weights_ = std::move(m.vision);
-    const WeightSource& vision_weights = e->vision_weights_ ? *e->vision_weights_ : *e->weights_;
+    const WeightSource& vision_weights = e->build_parts(m);
     if (e->config_.vision && VisionTower::in_checkpoint(vision_weights)) e->load_vision(m, vision_weights);
     // The tower holds packed copies of an mmproj's other tensors (fp32 ones dequantised from Q8_0 included).
     if (e->vision_weights_ && !has_bf16(*e->vision_weights_)) e->vision_weights_.reset();
     e->set_state_cache(options.cache_bytes, options.cache_granularity);
     return e;
+}
+
+const WeightSource& Engine::build_parts(ModelFiles& m) const {
+    dev::Device& device = *device_;
+    weights_ = std::move(m.weights);
+    backbone_ = std::make_unique<Backbone>(
+        config_.text, *weights_,
+        options_.unpack_quantised ? ops::Residency::Packed : ops::Residency::Streamed, device);
+    // The head converts its tensors to fp32 and packs them: its source is released once the head is built.
+    const std::unique_ptr<WeightSource> head = std::move(m.head);
+    const std::string lm_head = text_tensor(config_.text, TextWeight::LmHead).hf;
+    std::string lexical = lm_head;
+    if (!weights_->has(lexical) && config_.text.tie_word_embeddings)
+        lexical = text_name(text_tensor(config_.text, TextWeight::Embed), backbone_->prefix());
+    if (const QuantMatrix* q = weights_->find_matrix(lexical))
+        head_ = std::make_unique<JointHead>(head_config_, *head, *q, false, device);
+    else if (const TensorView* t = weights_->find(lexical))
+        head_ = std::make_unique<JointHead>(head_config_, *head, *t, false, device);
+    else
+        throw Error(weights_->description() + ": missing tensor " + lm_head + " (the head's lexical table)");
+    vision_weights_ = std::move(m.vision);
+    return vision_weights_ ? *vision_weights_ : *weights_;
+}
+
+bool Engine::fall_back_to_cpu(const std::string& why) const {
+    std::lock_guard<std::mutex> lk(fallback_mu_);
+    if (device_.load()->is_cpu()) return false;
+    std::fprintf(stderr, "clef: %s: running on the CPU from now on\n", why.c_str());
+    // Decisions in flight may still hold the old parts: they are kept (with the device) until the engine
+    // goes, and those decisions fail at their next step on the device and start over.
+    retired_.push_back({std::move(own_device_), std::move(weights_), std::move(vision_weights_),
+                        std::move(backbone_), std::move(head_), std::move(vision_)});
+    device_ = &dev::cpu();
+    ModelFiles m = open_model_files(model_path_, head_dir_, options_.mmproj);
+    const WeightSource& vision_weights = build_parts(m);
+    if (config_.vision && VisionTower::in_checkpoint(vision_weights)) vision_ = make_vision(vision_weights);
+    if (vision_weights_ && !has_bf16(*vision_weights_)) vision_weights_.reset();
+    return true;
+}
+
+Decision Engine::run(const Prepared& p, const DecideOptions& opt, bool keep_hidden) const {
+    for (;;) {
+        try {
+            std::unique_ptr<DecisionTask> t = start(p, opt, keep_hidden);
+            while (!t->done()) t->step();
+            return t->take();
+        } catch (const dev::DeviceError& e) {
+            // A lost device or a kernel its driver would not build: the decision starts over on the CPU.
+            if (e.kind() == dev::DeviceError::Kind::OutOfMemory || !fall_back_to_cpu(e.what())) throw;
+        }
+    }
 }
 
 void Engine::load_vision(const ModelFiles& m, const WeightSource& weights) {
@@ -127,7 +161,11 @@ void Engine::load_vision(const ModelFiles& m, const WeightSource& weights) {
         throw Error("config.json image_token_id " + std::to_string(image_token_id_) +
                     " is not the tokenizer's <|image_pad|>");
     video_token_id_ = tokenizer_->token_to_id("<|video_pad|>");  // -1: videos are refused
-    vision_ = std::make_unique<VisionTower>(vc, weights, kVisionPrefix, false, *device_);
+    vision_ = make_vision(weights);
+}
+
+std::unique_ptr<VisionTower> Engine::make_vision(const WeightSource& weights) const {
+    return std::make_unique<VisionTower>(*config_.vision, weights, kVisionPrefix, false, *device_);
 }
 
 void Engine::open_device(const std::string& spec) {
@@ -220,12 +258,6 @@ std::unique_ptr<DecisionTask> Engine::start(const Prepared& p, const DecideOptio
     t->s_ = std::make_unique<DecisionTask::State>(*this, p, opt, keep_hidden);
     t->s_->begin();
     return t;
-}
-
-Decision Engine::run(const Prepared& p, const DecideOptions& opt, bool keep_hidden) const {
-    std::unique_ptr<DecisionTask> t = start(p, opt, keep_hidden);
-    while (!t->done()) t->step();
-    return t->take();
 }
 
 DecisionTask::~DecisionTask() = default;

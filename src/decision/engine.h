@@ -3,7 +3,9 @@
 // and keeps its scratch memory per call, but callers run one decision at a time (the server's worker does).
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -121,10 +123,17 @@ public:
     const ImageProcessorConfig& image_processor() const { return image_processor_; }
     const ImageProcessorConfig& video_processor() const { return video_processor_; }
     // The device the model's layers run on ("cpu" or the Vulkan device's name).
-    const dev::Device& device() const { return *device_; }
+    const dev::Device& device() const { return *device_.load(); }
+    // After the device failed for good (a dev::DeviceError of kind Lost or Kernel: `why`): builds the layers
+    // again on the CPU from the model's files and runs every later decision there (one line on stderr). The
+    // old layers and the device stay until the engine goes: decisions in flight may hold them (their next
+    // step fails, and they start over). run() and decide() do this themselves and start the decision over; a
+    // caller of start() / step() catches the error and calls it. False when already on the CPU.
+    bool fall_back_to_cpu(const std::string& why) const;
 
     // Encodes and runs one request: run(prepare(...)). Throws PromptTooLong when the schema does not fit
-    // max_length, clef::Error for other failures (e.g. non-finite model output).
+    // max_length, dev::DeviceError when the device is out of memory for it, clef::Error for other failures
+    // (e.g. non-finite model output).
     Decision decide(const DecisionRequest& req, const DecideOptions& opt = {},
                     bool keep_hidden = false) const;
 
@@ -160,19 +169,36 @@ private:
     friend struct DecisionTask::State;
     Engine() = default;
     void load_vision(const ModelFiles& m, const WeightSource& weights);
+    std::unique_ptr<VisionTower> make_vision(const WeightSource& weights) const;
     void open_device(const std::string& spec);
+    // The weights, backbone and head on device_ from the model's files; returns the vision tower's weights.
+    const WeightSource& build_parts(ModelFiles& m) const;
     // [T][hidden]: the prompt's embeddings with the vision tower's rows in place of the image and video pads.
     std::vector<float> image_embeddings(const Prepared& p) const;
     ModelConfig config_;
     HeadConfig head_config_;
     std::unique_ptr<Tokenizer> tokenizer_;
-    std::unique_ptr<dev::Device> own_device_;  // a Vulkan device (outlives the parts below)
-    dev::Device* device_ = nullptr;            // it, or the CPU
-    std::unique_ptr<WeightSource> weights_;
-    std::unique_ptr<WeightSource> vision_weights_;  // a GGUF's mmproj tensors (the tower reads BF16 in place)
-    std::unique_ptr<Backbone> backbone_;
-    std::unique_ptr<JointHead> head_;
-    std::unique_ptr<VisionTower> vision_;
+    std::string model_path_, head_dir_;  // what load() read, again by fall_back_to_cpu()
+    LoadOptions options_;
+    // The device and the model's layers on it: mutable, since fall_back_to_cpu() replaces them under
+    // decisions (const) that found the device failed.
+    mutable std::unique_ptr<dev::Device> own_device_;    // a Vulkan device (outlives the parts below)
+    mutable std::atomic<dev::Device*> device_{nullptr};  // it, or the CPU
+    mutable std::unique_ptr<WeightSource> weights_;
+    mutable std::unique_ptr<WeightSource>
+        vision_weights_;  // a GGUF's mmproj tensors (the tower reads BF16 in place)
+    mutable std::unique_ptr<Backbone> backbone_;
+    mutable std::unique_ptr<JointHead> head_;
+    mutable std::unique_ptr<VisionTower> vision_;
+    struct Retired {  // layers on a failed device, in the order they were declared above
+        std::unique_ptr<dev::Device> device;
+        std::unique_ptr<WeightSource> weights, vision_weights;
+        std::unique_ptr<Backbone> backbone;
+        std::unique_ptr<JointHead> head;
+        std::unique_ptr<VisionTower> vision;
+    };
+    mutable std::vector<Retired> retired_;
+    mutable std::mutex fallback_mu_;
     std::unique_ptr<StateCache> cache_;
     ImageProcessorConfig image_processor_;
     ImageProcessorConfig video_processor_;

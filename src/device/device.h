@@ -21,6 +21,7 @@
 #include "ops/basic.h"
 #include "ops/gemm.h"
 #include "quant/quant.h"
+#include "util/error.h"
 
 namespace clef::dev {
 
@@ -193,6 +194,19 @@ public:
     // projections' weights, bv [w] the value bias, out [lq][w].
     virtual void memory_attention(Span q, int64_t lq, int heads, int64_t w, Span wk, Span wv, Span bv, Span m,
                                   int64_t T, Span out) = 0;
+};
+
+// A device that failed under a decision: out of device memory (that decision cannot run there now), lost (no
+// later work will run there) or a kernel its driver would not build. The engine answers the first with an
+// error and moves to the CPU on the others (decision/engine.h).
+class DeviceError : public Error {
+public:
+    enum class Kind { OutOfMemory, Lost, Kernel };
+    DeviceError(Kind k, const std::string& what) : Error(what), kind_(k) {}
+    Kind kind() const { return kind_; }
+
+private:
+    Kind kind_;
 };
 
 // A device's memory: its device-local heaps and what this process holds in them (0 and 0 for the CPU, whose

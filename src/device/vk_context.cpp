@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "device/device.h"
 #include "device/vk_shaders.h"
 #include "util/error.h"
 
@@ -18,10 +19,25 @@ std::atomic<int> g_validation_errors{0};
 void check(VkResult r, const char* what) {
     if (r == VK_SUCCESS) return;
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY)
-        throw Error(fmt::format("vulkan: out of {} memory ({})",
-                                r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "device" : "host", what));
-    if (r == VK_ERROR_DEVICE_LOST) throw Error(fmt::format("vulkan: the device was lost ({})", what));
+        throw DeviceError(DeviceError::Kind::OutOfMemory,
+                          fmt::format("vulkan: out of {} memory ({})",
+                                      r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "device" : "host", what));
+    if (r == VK_ERROR_DEVICE_LOST)
+        throw DeviceError(DeviceError::Kind::Lost, fmt::format("vulkan: the device was lost ({})", what));
     throw Error(fmt::format("vulkan: {} failed (VkResult {})", what, static_cast<int>(r)));
+}
+
+// Faults a test asks for (device/vulkan.h inject_vulkan_fault): counts of calls before the fault, -1 = none.
+std::atomic<int> g_oom_after{-1}, g_lost_after{-1};
+std::mutex g_fault_mu;
+std::string g_failing_kernel;  // under g_fault_mu
+
+// Whether the fault counted by `after` is due now (counting this call).
+bool fault_due(std::atomic<int>& after) {
+    int n = after.load();
+    while (n >= 0)
+        if (after.compare_exchange_weak(n, n - 1)) return n == 0;
+    return false;
 }
 
 VKAPI_ATTR VkBool32 VKAPI_CALL on_message(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
@@ -180,6 +196,9 @@ std::shared_ptr<Alloc> Context::alloc(uint64_t bytes, bool host_visible) {
     // Whole 32-bit words: the kernels read buffers as arrays of uint or float, whose length is the buffer's
     // size in whole words (a buffer of 2278 bytes, 67 rows of one Q8_0 block, would lose its last 2 bytes).
     a->bytes = (std::max<uint64_t>(bytes, 16) + 3) & ~uint64_t{3};
+    if (!host_visible && fault_due(g_oom_after))
+        throw DeviceError(DeviceError::Kind::OutOfMemory,
+                          fmt::format("vulkan: out of device memory ({} bytes; injected)", a->bytes));
     if (a->bytes > max_range())
         throw Error(fmt::format("vulkan: a buffer of {} bytes is over {}'s storage buffer range of {} bytes",
                                 a->bytes, info_.name, info_.max_storage_range));
@@ -211,6 +230,12 @@ const Pipeline& Context::pipeline(const std::string& name, uint32_t bindings) {
     if (auto it = pipelines_.find(name); it != pipelines_.end()) return it->second;
     const Spirv* code = find_spirv(name);
     if (!code) throw Error("vulkan: no kernel named " + name);
+    {
+        std::lock_guard<std::mutex> f(g_fault_mu);
+        if (name == g_failing_kernel)
+            throw DeviceError(DeviceError::Kind::Kernel,
+                              "vulkan: the driver did not build kernel " + name + " (injected)");
+    }
     Pipeline p;
     p.bindings = bindings;
     std::vector<VkDescriptorSetLayoutBinding> b(bindings);
@@ -245,7 +270,13 @@ const Pipeline& Context::pipeline(const std::string& name, uint32_t bindings) {
     cp.layout = p.layout;
     const VkResult r = vkCreateComputePipelines(dev_, VK_NULL_HANDLE, 1, &cp, nullptr, &p.pipeline);
     vkDestroyShaderModule(dev_, module, nullptr);
-    check(r, ("compute pipeline " + name).c_str());
+    if (r != VK_SUCCESS) {
+        vkDestroyPipelineLayout(dev_, p.layout, nullptr);
+        vkDestroyDescriptorSetLayout(dev_, p.set_layout, nullptr);
+        throw DeviceError(DeviceError::Kind::Kernel, fmt::format("vulkan: the driver did not build kernel {} "
+                                                                 "(VkResult {})",
+                                                                 name, static_cast<int>(r)));
+    }
     return pipelines_.emplace(name, p).first->second;
 }
 
@@ -273,6 +304,8 @@ VkFence Context::new_fence() {
 }
 
 void Context::submit_and_wait(VkCommandBuffer cb, VkFence fence) {
+    if (fault_due(g_lost_after)) lost_ = true;
+    if (lost_) throw DeviceError(DeviceError::Kind::Lost, "vulkan: the device was lost (injected)");
     VkSubmitInfo si{};
     si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
     si.commandBufferCount = 1, si.pCommandBuffers = &cb;
@@ -309,3 +342,23 @@ void Context::write(const Alloc& dst, uint64_t dst_off, const void* src, uint64_
 }
 
 }  // namespace clef::dev::vk
+
+namespace clef::dev {
+
+void inject_vulkan_fault(VulkanFault f, int n, const std::string& kernel) {
+    switch (f) {
+        case VulkanFault::OutOfMemory:
+            vk::g_oom_after = n;
+            break;
+        case VulkanFault::Lost:
+            vk::g_lost_after = n;
+            break;
+        case VulkanFault::Kernel: {
+            std::lock_guard<std::mutex> lk(vk::g_fault_mu);
+            vk::g_failing_kernel = kernel;
+            break;
+        }
+    }
+}
+
+}  // namespace clef::dev

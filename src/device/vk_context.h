@@ -99,6 +99,7 @@ private:
     std::mutex queue_mu_, pool_mu_, pipe_mu_;
     std::map<std::string, Pipeline> pipelines_;
     std::atomic<uint64_t> allocated_{0};
+    std::atomic<bool> lost_{false};  // an injected device loss: every later submission fails
 };
 
 }  // namespace clef::dev::vk

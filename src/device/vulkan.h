@@ -75,6 +75,12 @@ struct OpenedDevice {
 };
 OpenedDevice open_device(const std::string& spec);
 
+// Test hook: the next Vulkan faults of this process. After `n` more device allocations the next one fails
+// out of memory (once); after `n` more submissions the device that makes the next one is lost for good; a
+// kernel of that name fails to build on every device. -1 / "" clears one.
+enum class VulkanFault { OutOfMemory, Lost, Kernel };
+void inject_vulkan_fault(VulkanFault f, int n, const std::string& kernel = "");
+
 // Messages of severity error the Khronos validation layer reported in this process (it is on where the
 // environment has CLEF_VULKAN_VALIDATION=1; 0 otherwise).
 int vulkan_validation_errors();

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "decision/response.h"
+#include "device/device.h"
 #include "image/image.h"
 #include "server/peer.h"
 #include "server/server_impl.h"
@@ -315,15 +316,25 @@ bool DecisionJob::step() {
             out.status = 0;
             return true;
         }
-        if (!task) {
-            DecideOptions dopt;
-            dopt.max_length = opt.max_tokens;
-            dopt.answers = opt.answers;
-            dopt.backbone = opt.backbone;
-            dopt.threads = opt.threads;
-            task = server.engine->start(prepared, dopt);
+        try {
+            if (!task) {
+                DecideOptions dopt;
+                dopt.max_length = opt.max_tokens;
+                dopt.answers = opt.answers;
+                dopt.backbone = opt.backbone;
+                dopt.threads = opt.threads;
+                task_device = &server.engine->device();
+                task = server.engine->start(prepared, dopt);
+            }
+            task->step();  // a new decision runs its first chunk in its first turn
+        } catch (const dev::DeviceError& e) {
+            if (e.kind() == dev::DeviceError::Kind::OutOfMemory) throw;
+            // A lost device or a kernel it cannot build: the engine moves to the CPU (or another decision
+            // already moved it) and this decision starts over there in its next turn.
+            if (&server.engine->device() == task_device && !server.engine->fall_back_to_cpu(e.what())) throw;
+            task.reset();
+            return false;
         }
-        task->step();  // a new decision runs its first chunk in its first turn
         if (!task->done()) return false;
         Decision d = task->take();
         out.status = 200;
@@ -332,6 +343,11 @@ bool DecisionJob::step() {
         out.tokens_reused = d.tokens_reused;
         metrics.add_prompt_tokens(out.tokens);
         metrics.set_state_cache(server.engine->state_cache_stats());
+    } catch (const dev::DeviceError& e) {  // out of device memory: this decision, not the server
+        out.status = 503;
+        out.body = detail_object(
+            e.kind() == dev::DeviceError::Kind::OutOfMemory ? "device_out_of_memory" : "device_error",
+            e.what());
     } catch (const std::exception& e) {
         out.status = 500;
         out.body = detail_object("internal_error", e.what());

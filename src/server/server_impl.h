@@ -71,6 +71,7 @@ struct DecisionJob final : ScheduledJob {
     Clock::time_point deadline;
     // The worker's.
     std::unique_ptr<DecisionTask> task;
+    const dev::Device* task_device = nullptr;  // where task runs
     Outcome out;
     Clock::time_point started;
 };
