@@ -30,9 +30,15 @@ using namespace clef;
 namespace {
 
 // dir: a fixture directory under tests/data, or an absolute path (a GGUF file made here).
+// The engines of the program, by model and device. Emptied by Env::TearDown below: a Vulkan device must go
+// before the process's exit handlers, which unload the validation layer's state.
+std::map<std::string, std::unique_ptr<Engine>>& engines() {
+    static std::map<std::string, std::unique_ptr<Engine>> m;
+    return m;
+}
+
 const Engine& engine(const std::string& dir, const std::string& device) {
-    static std::map<std::string, std::unique_ptr<Engine>> engines;
-    auto& e = engines[dir + "|" + device];
+    auto& e = engines()[dir + "|" + device];
     if (!e) {
         setenv("CLEF_VULKAN_VALIDATION", "1", 0);
         LoadOptions o;
@@ -123,7 +129,10 @@ const std::string& work_dir() {
 
 class Env : public ::testing::Environment {
 public:
-    void TearDown() override { fs::remove_all(work_dir()); }
+    void TearDown() override {
+        engines().clear();
+        fs::remove_all(work_dir());
+    }
 };
 const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new Env);
 

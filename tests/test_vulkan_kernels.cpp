@@ -1081,3 +1081,49 @@ TEST(VulkanKernels, MemoryAttention) {
         }
     EXPECT_EQ(dev::vulkan_validation_errors(), 0);
 }
+
+// Device::kernel_times (clef bench's per-kernel table): the device's timestamps give each kernel its calls
+// and a positive time, and the work counted for a projection and for causal attention is the arithmetic's (2
+// m out in; 4 heads hd times the keys each query row sees).
+TEST(VulkanKernels, KernelTimes) {
+    dev::Device& g = gpu();
+    g.time_kernels(true);
+    const auto before = g.kernel_times();
+    Pair p;
+    const int64_t m = 7, in = 96, out = 67;
+    const std::vector<float> w = random_values(out * in, 3);
+    TensorView tv;
+    tv.name = "w", tv.dtype = DType::F32, tv.shape = {out, in};
+    tv.data = reinterpret_cast<const unsigned char*>(w.data()), tv.nbytes = w.size() * 4;
+    dev::MatrixSource src;
+    src.tensor = &tv;
+    const auto wg = g.matrix(src);
+    const dev::Tensor x = on(*p.g, random_values(m * in, 4)), y = p.g->scratch(m * out);
+    p.g->linear(*wg, x.span(), m, y.span());
+    dev::Attention a;
+    a.T = 5, a.p0 = 3, a.nh = 2, a.nkv = 1, a.hd = 16, a.scale = 0.25f;
+    const dev::Tensor q = on(*p.g, random_values(a.T * 2 * 16, 5)), kv = on(*p.g, random_values(8 * 16, 6)),
+                      o = p.g->scratch(a.T * 2 * 16);
+    a.q = q.span(), a.k = kv.span(), a.v = kv.span(), a.out = o.span();
+    p.g->attention(a);
+    p.g->sync();
+    g.time_kernels(false);
+    const auto after = g.kernel_times();
+    if (after.empty()) GTEST_SKIP() << "this device's queue has no timestamps";
+    auto delta = [&](const std::string& k) {
+        dev::KernelTime t = after.at(k);
+        if (auto it = before.find(k); it != before.end())
+            t.calls -= it->second.calls, t.seconds -= it->second.seconds, t.flops -= it->second.flops;
+        return t;
+    };
+    const dev::KernelTime lt = delta("linear_f32"), at = delta("attention");
+    EXPECT_EQ(lt.calls, 1);
+    EXPECT_GT(lt.seconds, 0);
+    EXPECT_DOUBLE_EQ(lt.flops, 2.0 * m * out * in);
+    EXPECT_EQ(at.calls, 1);
+    EXPECT_GT(at.seconds, 0);
+    double keys = 0;
+    for (int64_t i = 0; i < a.T; ++i) keys += static_cast<double>(a.p0 + i + 1);
+    EXPECT_DOUBLE_EQ(at.flops, 4.0 * a.nh * a.hd * keys);
+    EXPECT_EQ(dev::vulkan_validation_errors(), 0);
+}

@@ -34,13 +34,24 @@ std::unique_ptr<RunningServer> start_server(const std::string& device) {
     return std::make_unique<RunningServer>(o, lo);
 }
 
-// One server per device for the program (the fault tests start their own).
+// One server per device for the program (the fault tests start their own), stopped by Env::TearDown: a
+// Vulkan device must go before the process's exit handlers, which unload the validation layer's state.
+std::map<std::string, std::unique_ptr<RunningServer>>& servers() {
+    static std::map<std::string, std::unique_ptr<RunningServer>> m;
+    return m;
+}
+
 RunningServer& server(const std::string& device) {
-    static std::map<std::string, std::unique_ptr<RunningServer>> servers;
-    auto& s = servers[device];
+    auto& s = servers()[device];
     if (!s) s = start_server(device);
     return *s;
 }
+
+class Env : public ::testing::Environment {
+public:
+    void TearDown() override { servers().clear(); }
+};
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new Env);
 
 JsonValue get_json(RunningServer& s, const std::string& path) {
     const auto r = s.client().Get(path);

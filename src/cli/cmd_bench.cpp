@@ -116,6 +116,29 @@ JsonValue profile_json(const DecisionProfile& p) {
     return o;
 }
 
+// The device the decisions ran on and, for a GPU, the time of each kernel per decision (the device's
+// timestamps over `runs` decisions) and the GFLOP/s of those whose work is counted.
+JsonValue device_json(const dev::Device& d, int runs) {
+    JsonValue o = JsonValue::object();
+    o.set("kind", JsonValue::string(d.is_cpu() ? "cpu" : "vulkan"));
+    o.set("name", JsonValue::string(d.name()));
+    const auto times = d.kernel_times();
+    if (times.empty()) return o;
+    JsonValue k = JsonValue::object();
+    double total = 0;
+    for (const auto& [name, t] : times) {
+        JsonValue e = JsonValue::object();
+        e.set("calls", JsonValue::number(static_cast<double>(t.calls) / runs));
+        e.set("ms", JsonValue::number(t.seconds * 1e3 / runs));
+        if (t.flops > 0 && t.seconds > 0) e.set("gflops", JsonValue::number(t.flops / t.seconds / 1e9));
+        k.set(name, std::move(e));
+        total += t.seconds;
+    }
+    o.set("kernel_ms", JsonValue::number(total * 1e3 / runs));
+    o.set("kernels", std::move(k));
+    return o;
+}
+
 void run_bench(const BenchArgs& a) {
     if (a.tokens <= 0) throw Error("--tokens must be positive");
     if (a.repeat <= 0) throw Error("--repeat must be positive");
@@ -141,6 +164,7 @@ void run_bench(const BenchArgs& a) {
                     std::to_string(a.tokens) + " (the schema alone may be longer)");
 
     for (int i = 0; i < a.warmup; ++i) engine->run(prepared, opt);
+    engine->device().time_kernels(true);  // a GPU's kernels, timed by the device from here on
     std::vector<double> total;
     DecisionProfile best;
     for (int i = 0; i < a.repeat; ++i) {
@@ -179,6 +203,7 @@ void run_bench(const BenchArgs& a) {
     o.set("packed_weights_mib",
           JsonValue::number(static_cast<double>(engine->backbone().packed_weight_bytes()) / (1 << 20)));
     if (a.profile) o.set("profile", profile_json(best));
+    o.set("device", device_json(engine->device(), a.repeat));
     std::string out = write_json(o);
     out += '\n';
     std::fwrite(out.data(), 1, out.size(), stdout);

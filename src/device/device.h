@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -209,6 +210,14 @@ private:
     Kind kind_;
 };
 
+// Device time per kernel (Device::kernel_times): calls, seconds, and the floating-point operations of the
+// ones whose work is counted (projections, attention, the delta rule).
+struct KernelTime {
+    int64_t calls = 0;
+    double seconds = 0;
+    double flops = 0;
+};
+
 // A device's memory: its device-local heaps and what this process holds in them (0 and 0 for the CPU, whose
 // memory the server's memory plan counts).
 struct DeviceMemory {
@@ -223,6 +232,10 @@ public:
     virtual std::string name() const = 0;
     virtual bool is_cpu() const = 0;
     virtual DeviceMemory memory() const { return {}; }
+    // Timing of every kernel the device runs (timestamp queries on a GPU), from time_kernels(true) on; the
+    // CPU and devices without timestamps keep none. Observation only, hence const.
+    virtual void time_kernels(bool) const {}
+    virtual std::map<std::string, KernelTime> kernel_times() const { return {}; }
     // A weight vector (norms, biases, decays), copied to the device.
     virtual Tensor vector(std::vector<float> v) = 0;
     // A weight matrix (src.paths: which paths of a CPU stream can run it).

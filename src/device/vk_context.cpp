@@ -87,22 +87,8 @@ Context::Context(int index) {
 }
 
 void Context::create_instance() {
-    VkApplicationInfo app{};
-    app.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO;
-    app.pApplicationName = "clef";
-    app.apiVersion = VK_API_VERSION_1_2;
-    VkInstanceCreateInfo ci{};
-    ci.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO;
-    ci.pApplicationInfo = &app;
     const bool validate = validation_asked();
-    const char* layer = "VK_LAYER_KHRONOS_validation";
-    const char* ext = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
-    if (validate) {
-        ci.enabledLayerCount = 1, ci.ppEnabledLayerNames = &layer;
-        ci.enabledExtensionCount = 1, ci.ppEnabledExtensionNames = &ext;
-    }
-    check(vkCreateInstance(&ci, nullptr, &inst_),
-          validate ? "instance with the validation layer" : "instance");
+    check(vk::create_instance(validate, inst_), validate ? "instance with the validation layer" : "instance");
     volkLoadInstance(inst_);
     if (validate) {
         VkDebugUtilsMessengerCreateInfoEXT m{};
@@ -134,6 +120,9 @@ void Context::create_device(int index) {
     for (uint32_t i = 0; i < nq && queue_family_ == nq; ++i)
         if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) queue_family_ = i;
     if (queue_family_ == nq) throw Error("vulkan: " + info_.name + " has no compute queue");
+    VkPhysicalDeviceProperties props{};
+    vkGetPhysicalDeviceProperties(pd_, &props);
+    if (qf[queue_family_].timestampValidBits > 0) timestamp_ns_ = props.limits.timestampPeriod;
 
     const float prio = 1.f;
     VkDeviceQueueCreateInfo q{};
@@ -145,7 +134,10 @@ void Context::create_device(int index) {
     ci.queueCreateInfoCount = 1, ci.pQueueCreateInfos = &q;
     ci.enabledExtensionCount = 1, ci.ppEnabledExtensionNames = &ext;
     check(vkCreateDevice(pd_, &ci, nullptr, &dev_), "device (push descriptors)");
-    volkLoadDevice(dev_);
+    // No volkLoadDevice: it points volk's global entry points straight at this device's driver, and a second
+    // Context (another device, or the same one opened again) would then call into the first one's, freed
+    // once that one is gone. volkLoadInstance's entry points go through the loader, which dispatches on the
+    // handle.
     vkGetDeviceQueue(dev_, queue_family_, 0, &queue_);
     VkCommandPoolCreateInfo pc{};
     pc.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;

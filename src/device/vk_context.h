@@ -21,6 +21,10 @@ namespace clef::dev::vk {
 
 class Context;
 
+// A Vulkan 1.2 instance for clef (device/vulkan.cpp), with the Khronos validation layer and debug messages
+// when `validation`.
+VkResult create_instance(bool validation, VkInstance& inst);
+
 // One VkBuffer with its own memory. Device memory unless `host_visible` (staging: mapped for the life of the
 // buffer).
 struct Alloc {
@@ -74,6 +78,9 @@ public:
     // dst[dst_off ..] = bytes of host memory, through a staging buffer, waiting for the copy.
     void write(const Alloc& dst, uint64_t dst_off, const void* src, uint64_t bytes);
 
+    // Nanoseconds per timestamp tick of the compute queue; 0 where it has no timestamps.
+    double timestamp_ns() const { return timestamp_ns_; }
+
     // Bytes of device memory this context holds (buffers, not staging).
     uint64_t allocated() const { return allocated_.load(); }
     void release_bytes(uint64_t n) { allocated_ -= n; }
@@ -100,6 +107,7 @@ private:
     std::map<std::string, Pipeline> pipelines_;
     std::atomic<uint64_t> allocated_{0};
     std::atomic<bool> lost_{false};  // an injected device loss: every later submission fails
+    double timestamp_ns_ = 0;
 };
 
 }  // namespace clef::dev::vk

@@ -212,7 +212,9 @@ private:
     void barrier();
     // Records one kernel over `spans` (binding i = spans[i]; `written` marks the ones it writes).
     void dispatch(const std::string& kernel, std::initializer_list<Span> spans, uint32_t written,
-                  const Push& pc, Grid g);
+                  const Push& pc, Grid g, double flops = 0);
+    // The timestamps of the kernels run by the last submission, into the device's kernel times.
+    void collect_times();
     DeviceBuffer& use(const Span& s, bool written);
     // `bytes` of this run's staging memory: the buffer and the offset in it.
     std::pair<Alloc*, uint64_t> stage(uint64_t bytes);
@@ -237,6 +239,15 @@ private:
         uint64_t off, bytes;
     };
     std::vector<Readback> readbacks_;
+    // Kernel timing (Device::time_kernels): a pair of timestamps around each kernel of a submission.
+    static constexpr uint32_t kMaxQueries = 8192;
+    VkQueryPool queries_ = VK_NULL_HANDLE;
+    bool timing_ = false;  // this recording writes timestamps
+    struct Timed {
+        std::string kernel;
+        double flops;
+    };
+    std::vector<Timed> timed_;  // one per pair of queries
 };
 
 class VulkanDevice final : public Device {
@@ -270,7 +281,22 @@ public:
     std::shared_ptr<Pool> pool_;
     std::shared_ptr<Alloc> dummy_;  // bound where a kernel's optional input is absent
 
+    void time_kernels(bool on) const override { timing_on_ = on; }
+    bool timing() const { return timing_on_ && ctx_.timestamp_ns() > 0; }
+    std::map<std::string, KernelTime> kernel_times() const override {
+        std::lock_guard<std::mutex> lk(times_mu_);
+        return times_;
+    }
+    void add_time(const std::string& kernel, double seconds, double flops) const {
+        std::lock_guard<std::mutex> lk(times_mu_);
+        KernelTime& t = times_[kernel];
+        ++t.calls, t.seconds += seconds, t.flops += flops;
+    }
+
 private:
+    mutable std::atomic<bool> timing_on_{false};
+    mutable std::mutex times_mu_;
+    mutable std::map<std::string, KernelTime> times_;
     std::once_flag tables_once_;
     std::shared_ptr<Alloc> tables_;
     void upload_rows(VkMatrix& m, const std::vector<unsigned char>& bytes, uint64_t row_bytes);
@@ -290,6 +316,7 @@ VkStream::~VkStream() {
     } catch (const std::exception&) {  // a lost device: the owner saw the error at its own sync or download
     }
     vkDestroyFence(ctx_.device(), fence_, nullptr);
+    if (queries_) vkDestroyQueryPool(ctx_.device(), queries_, nullptr);
     ctx_.free_command_buffer(cb_);
     pool_->close();
 }
@@ -301,6 +328,32 @@ void VkStream::begin() {
     bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
     vkBeginCommandBuffer(cb_, &bi);
     recording_ = true;
+    timing_ = dev_.timing();
+    if (!timing_) return;
+    if (!queries_) {
+        VkQueryPoolCreateInfo qi{};
+        qi.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO;
+        qi.queryType = VK_QUERY_TYPE_TIMESTAMP, qi.queryCount = kMaxQueries;
+        if (vkCreateQueryPool(ctx_.device(), &qi, nullptr, &queries_) != VK_SUCCESS) {
+            queries_ = VK_NULL_HANDLE, timing_ = false;
+            return;
+        }
+    }
+    vkCmdResetQueryPool(cb_, queries_, 0, kMaxQueries);
+}
+
+void VkStream::collect_times() {
+    if (timed_.empty()) return;
+    const uint32_t n = static_cast<uint32_t>(timed_.size() * 2);
+    std::vector<uint64_t> ticks(n);
+    if (vkGetQueryPoolResults(ctx_.device(), queries_, 0, n, n * sizeof(uint64_t), ticks.data(),
+                              sizeof(uint64_t),
+                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS)
+        for (size_t i = 0; i < timed_.size(); ++i)
+            dev_.add_time(timed_[i].kernel,
+                          static_cast<double>(ticks[2 * i + 1] - ticks[2 * i]) * ctx_.timestamp_ns() * 1e-9,
+                          timed_[i].flops);
+    timed_.clear();
 }
 
 void VkStream::barrier() {
@@ -344,7 +397,7 @@ DeviceBuffer& VkStream::use(const Span& s, bool written) {
 }
 
 void VkStream::dispatch(const std::string& kernel, std::initializer_list<Span> spans, uint32_t written,
-                        const Push& pc, Grid g) {
+                        const Push& pc, Grid g, double flops) {
     const vk::Pipeline& p = ctx_.pipeline(kernel, static_cast<uint32_t>(spans.size()));
     std::vector<VkDescriptorBufferInfo> infos;
     uint32_t i = 0;
@@ -367,7 +420,14 @@ void VkStream::dispatch(const std::string& kernel, std::initializer_list<Span> s
     vkCmdPushDescriptorSetKHR(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0,
                               static_cast<uint32_t>(writes.size()), writes.data());
     vkCmdPushConstants(cb_, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, pc.n * 4, pc.w);
+    const bool timed = timing_ && timed_.size() * 2 + 2 <= kMaxQueries;
+    const uint32_t q = static_cast<uint32_t>(timed_.size() * 2);
+    if (timed) vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries_, q);
     vkCmdDispatch(cb_, g.x, g.y, g.z);
+    if (timed) {
+        vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, q + 1);
+        timed_.push_back({kernel, flops});
+    }
     barrier();
 }
 
@@ -422,7 +482,9 @@ void VkStream::sync() {
     };
     try {
         ctx_.submit_and_wait(cb_, fence_);
+        collect_times();
     } catch (...) {
+        timed_.clear();
         done();
         throw;
     }
@@ -471,7 +533,8 @@ void VkStream::linear(const Matrix& mat, Span x, int64_t m, Span y) {
         Push pc;
         pc.u(m).u(p.rows).u(w.in()).u(x.off).u(w.in()).u(y.off).u(w.out()).u(p.row0).u(w.bias ? 1 : 0);
         dispatch(w.kernel, {x, wt.span(), bias.span(), y, tables.span()}, 8u, pc,
-                 {static_cast<uint32_t>((p.rows + 63) / 64), static_cast<uint32_t>((m + 63) / 64), 1});
+                 {static_cast<uint32_t>((p.rows + 63) / 64), static_cast<uint32_t>((m + 63) / 64), 1},
+                 2.0 * static_cast<double>(m) * static_cast<double>(p.rows) * static_cast<double>(w.in()));
     }
 }
 
@@ -503,8 +566,10 @@ void VkStream::delta_rule(const DeltaRule& d) {
         pc.u(T).u(d.Hk).u(d.Hv).u(d.dk).u(d.dv).u(d.q_ld).u(d.k_ld).u(d.v_ld);
         pc.u(d.q.off + t0 * d.q_ld).u(d.k.off + t0 * d.k_ld).u(d.v.off + t0 * d.v_ld);
         pc.u(d.beta.off + t0 * d.Hv).u(d.g.off + t0 * d.Hv).u(d.out.off + t0 * d.Hv * d.dv).u(d.state.off);
+        // Per token and state element: the decay, two dot products and the rank-1 update (7 operations).
         dispatch("delta_rule", {d.q, d.k, d.v, d.beta, d.g, d.out, d.state}, (1u << 5) | (1u << 6), pc,
-                 {static_cast<uint32_t>(d.Hv), static_cast<uint32_t>((d.dv + 63) / 64), 1});
+                 {static_cast<uint32_t>(d.Hv), static_cast<uint32_t>((d.dv + 63) / 64), 1},
+                 7.0 * static_cast<double>(T) * d.Hv * d.dk * d.dv);
     }
 }
 
@@ -545,8 +610,12 @@ void VkStream::attention(const Attention& a) {
         pc.u(rows).u(a.p0 + i0).u(a.nh).u(a.nkv).u(a.hd).u(a.keys()).u(a.causal ? 1 : 0);
         pc.u(a.qs()).u(a.ks()).u(a.vs()).u(a.os());
         pc.u(a.q.off + i0 * a.qs()).u(a.k.off).u(a.v.off).u(a.out.off + i0 * a.os()).f(a.scale);
+        // Keys seen by the rows: all of them, or p0 + i0 + i + 1 for row i when causal. Each key costs a dot
+        // product and a weighted sum of hd values per head: 4 hd operations.
+        const double r = static_cast<double>(rows), first = static_cast<double>(a.p0 + i0 + 1);
+        const double keys = a.causal ? r * first + r * (r - 1) / 2 : r * static_cast<double>(a.keys());
         dispatch(kernel, {a.q, a.k, a.v, a.out}, 8u, pc,
-                 {static_cast<uint32_t>(rows), static_cast<uint32_t>(a.nh), 1});
+                 {static_cast<uint32_t>(rows), static_cast<uint32_t>(a.nh), 1}, 4.0 * keys * a.nh * a.hd);
     }
 }
 

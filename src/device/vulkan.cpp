@@ -6,10 +6,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "device/vk_context.h"  // volk, vk::create_instance
 #include "util/error.h"
-
-#define VK_NO_PROTOTYPES
-#include <volk.h>
 
 namespace clef::dev {
 
@@ -113,12 +111,9 @@ uint64_t VulkanDeviceInfo::device_local_bytes() const {
     return n;
 }
 
-VulkanProbe probe_vulkan() {
-    VulkanProbe out;
-    if (init_loader() != VK_SUCCESS) {
-        out.error = "no Vulkan loader (libvulkan.so.1) on this machine";
-        return out;
-    }
+namespace vk {
+
+VkResult create_instance(bool validation, VkInstance& inst) {
     VkApplicationInfo app{};
     app.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO;
     app.pApplicationName = "clef";
@@ -126,12 +121,29 @@ VulkanProbe probe_vulkan() {
     VkInstanceCreateInfo ci{};
     ci.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO;
     ci.pApplicationInfo = &app;
+    const char* layer = "VK_LAYER_KHRONOS_validation";
+    const char* ext = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
+    if (validation) {
+        ci.enabledLayerCount = 1, ci.ppEnabledLayerNames = &layer;
+        ci.enabledExtensionCount = 1, ci.ppEnabledExtensionNames = &ext;
+    }
+    return vkCreateInstance(&ci, nullptr, &inst);
+}
+
+}  // namespace vk
+
+VulkanProbe probe_vulkan() {
+    VulkanProbe out;
+    if (init_loader() != VK_SUCCESS) {
+        out.error = "no Vulkan loader (libvulkan.so.1) on this machine";
+        return out;
+    }
     VkInstance inst = VK_NULL_HANDLE;
     if (volkGetInstanceVersion() < VK_API_VERSION_1_2) {
         out.error = "the Vulkan loader is older than 1.2";
         return out;
     }
-    if (const VkResult r = vkCreateInstance(&ci, nullptr, &inst); r != VK_SUCCESS) {
+    if (const VkResult r = vk::create_instance(false, inst); r != VK_SUCCESS) {
         out.error =
             fmt::format("the Vulkan loader could not create an instance (VkResult {})", static_cast<int>(r));
         return out;
