@@ -37,12 +37,15 @@ std::map<std::string, std::unique_ptr<Engine>>& engines() {
     return m;
 }
 
-const Engine& engine(const std::string& dir, const std::string& device) {
-    auto& e = engines()[dir + "|" + device];
+// dir: a fixture directory under tests/data, or an absolute path (a GGUF file made here); gpu_layers as
+// LoadOptions::gpu_layers.
+const Engine& engine(const std::string& dir, const std::string& device, int gpu_layers = -1) {
+    auto& e = engines()[dir + "|" + device + "|" + std::to_string(gpu_layers)];
     if (!e) {
         setenv("CLEF_VULKAN_VALIDATION", "1", 0);
         LoadOptions o;
         o.device = device;
+        o.gpu_layers = gpu_layers;
         e = Engine::load(dir.starts_with("/") ? dir : std::string(CLEF_TEST_DATA) + "/" + dir, "", o);
     }
     return *e;
@@ -61,9 +64,11 @@ const JsonValue& cases_of(const std::string& dir, const std::string& file) {
     return *it->second.find("cases");
 }
 
-// Decides the answered cases of dir/file (every `stride`-th) on both devices.
-void decide_fixture(const std::string& dir, const std::string& file = "cases.json", int stride = 2) {
-    const Engine& gpu = engine(dir, "vulkan");
+// Decides the answered cases of dir/file (every `stride`-th) on both devices (the Vulkan one holding
+// gpu_layers backbone layers).
+void decide_fixture(const std::string& dir, const std::string& file = "cases.json", int stride = 2,
+                    int gpu_layers = -1) {
+    const Engine& gpu = engine(dir, "vulkan", gpu_layers);
     if (gpu.device().is_cpu()) GTEST_SKIP() << "no Vulkan device on this machine";
     if (gpu.vision()) {
         EXPECT_FALSE(gpu.vision()->device().is_cpu());
@@ -108,6 +113,15 @@ TEST(VulkanDecision, TinyClefImageCases) {
 
 TEST(VulkanDecision, TinyClefVideoCases) {
     decide_fixture("tiny-clef", "video_cases.json", 1);
+}
+
+// A device too small for the whole backbone: its first 3 of 8 layers there, the rest on the CPU, in one
+// decision (the hidden states cross to the CPU once per chunk).
+TEST(VulkanDecision, LayersSplitBetweenTheDeviceAndTheCpu) {
+    const Engine& split = engine("tiny-clef", "vulkan", 3);
+    if (split.device().is_cpu()) GTEST_SKIP() << "no Vulkan device on this machine";
+    EXPECT_EQ(split.backbone().device_layers(), 3);
+    decide_fixture("tiny-clef", "cases.json", 5, 3);
 }
 
 TEST(VulkanDecision, TinyClef27Cases) {

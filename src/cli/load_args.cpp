@@ -53,6 +53,7 @@ LoadOptions LoadArgs::options(ops::Precision main, uint64_t default_cache_bytes)
     o.precision = main;
     o.cache_bytes = cache_mib < 0 ? default_cache_bytes : static_cast<uint64_t>(cache_mib) << 20;
     o.device = device;
+    o.gpu_layers = gpu_layers;
     return o;
 }
 
@@ -73,6 +74,11 @@ void add_load_options(CLI::App* cmd, LoadArgs& args) {
            "else the CPU), cpu, vulkan (the best Vulkan device, CPU-type ones included) or vulkan:N "
            "(clef devices lists them)")
         ->capture_default_str();
+    cmd->add_option(
+           "--gpu-layers", args.gpu_layers,
+           "On a Vulkan device: the backbone layers it holds, the first ones (the others run on the CPU "
+           "in the same decision; default: all)")
+        ->check(CLI::Range(0, 4096));
     if (CLI::Option* model = cmd->get_option_no_throw("--model"))
         model->description(model->get_description() +
                            ", or a Hugging Face Hub repository ORG/NAME[@REVISION]");

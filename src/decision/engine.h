@@ -78,6 +78,9 @@ struct LoadOptions {
     // cannot be met (no Vulkan loader or device, a device that does not open) the CPU runs: auto quietly, an
     // explicit vulkan spec with one line on stderr saying why (Engine::open_device).
     std::string device = "cpu";
+    // With a Vulkan device: how many backbone layers go on it (the first ones; the others run on the CPU in
+    // the same decision); -1: all of them.
+    int gpu_layers = -1;
 };
 
 // A state-cache budget sized from this machine's available memory (a quarter of it, at most 8 GiB).

@@ -103,6 +103,7 @@ struct Timer {
 struct Backbone::Ctx {
     const BackboneOptions& opt;
     BackboneProfile* prof;
+    dev::Device& dev;
     dev::Stream& s;
     float eps;             // the RMSNorm epsilon
     dev::Tensor cos, sin;  // [T][rotary_dim/2] for this chunk
@@ -145,9 +146,10 @@ int64_t Backbone::chunk_length(const BackboneOptions& opt, int64_t T) const {
 }
 
 Backbone::Backbone(const TextConfig& cfg, const WeightSource& src, ops::Residency quant_residency,
-                   dev::Device& device)
+                   dev::Device& device, int device_layers)
     : device_(device), cfg_(cfg) {
     check_config(cfg_);
+    device_layers_ = device_layers < 0 ? cfg_.num_layers : std::min(device_layers, cfg_.num_layers);
     prefix_ = text_prefix_in([&](const std::string& name) { return src.has(name); });
     if (prefix_.empty())
         throw Error(src.description() + ": no text backbone (no embedding table under " + kTextPrefix +
@@ -187,14 +189,15 @@ void Backbone::load_tensor(const TensorSpec& s, const WeightSource& src, ops::Re
         }
         return;
     }
+    dev::Device& device = device_of(s.text == TextWeight::FinalNorm ? cfg_.num_layers - 1 : s.layer);
     if (s.matrix) {
-        linears_.push_back(device_.matrix({t, q, quant_residency, {}, dev::Paths::Both}));
+        linears_.push_back(device.matrix({t, q, quant_residency, {}, dev::Paths::Both}));
         *s.slot.linear(layers_[s.layer]) = linears_.back().get();
         return;
     }
     if (q) throw Error(src.description() + ": tensor " + name + " is held as a quantised matrix");
     *(s.text == TextWeight::FinalNorm ? &final_norm_ : s.slot.vector(layers_[s.layer])) =
-        device_.vector(t->to_f32());
+        device.vector(t->to_f32());
 }
 
 void Backbone::embed_into(const int32_t* ids, int64_t n, float* out) const {
@@ -315,12 +318,41 @@ void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const
         throw Error("forward_chunk: the state was not made by this backbone's start()");
     if (trace) trace->layers.assign(cfg_.num_layers, {});
     if (T == 0) return;
-    const int64_t n = T * H;
-    const std::unique_ptr<dev::Stream> stream = device_.stream({opt.reference, opt.precision});
-    Ctx c{opt, profile, *stream, cfg_.rms_norm_eps, {}, {}};
+    // The layers in runs on one device (all of them, or the device's first ones and then the CPU's), each run
+    // one stream; the hidden states cross to the next run through the host.
+    std::vector<float> carry;
+    for (int l0 = 0; l0 < cfg_.num_layers;) {
+        int l1 = l0 + 1;
+        while (l1 < cfg_.num_layers && &device_of(l1) == &device_of(l0)) ++l1;
+        const bool first = l0 == 0, last = l1 == cfg_.num_layers;
+        dev::Device& device = device_of(l0);
+        const std::unique_ptr<dev::Stream> stream = device.stream({opt.reference, opt.precision});
+        Ctx c{opt, profile, device, *stream, cfg_.rms_norm_eps, {}, {}};
+        dev::Tensor h = c.scratch(T * H);
+        c.s.upload(h.span(), first ? x : carry.data());
+        run_layers(st, l0, l1, h, positions, positions_stride, T, c, trace);
+        if (last) {
+            dev::Tensor xn = c.scratch(T * H);
+            auto tm = c.time(&BackboneProfile::norms);
+            c.rms_norm_zc(h.span(), T, H, final_norm_, xn.span());
+            c.s.download(out, xn.span());
+        } else {
+            carry.resize(static_cast<size_t>(T * H));
+            c.s.download(carry.data(), h.span());
+        }
+        l0 = l1;
+    }
+    st.position += T;
+}
 
-    // RoPE tables for this chunk (computed on the host), shared by every attention layer.
-    if (count_layers(cfg_, LayerType::FullAttention) > 0) {
+// Layers [l0, l1) of a chunk on one device's stream: h [T][hidden] in, the residual stream after l1 - 1 out.
+void Backbone::run_layers(BackboneState& st, int l0, int l1, dev::Tensor& h, const int32_t* positions,
+                          int64_t positions_stride, int64_t T, Ctx& c, BackboneTrace* trace) const {
+    const int64_t H = cfg_.hidden_size, n = T * H;
+    // RoPE tables for this chunk (computed on the host), shared by every attention layer of the run.
+    bool attention = false;
+    for (int l = l0; l < l1; ++l) attention = attention || layers_[l].type == LayerType::FullAttention;
+    if (attention) {
         std::vector<int32_t> pos(3 * T);
         for (int a = 0; a < 3; ++a)
             for (int64_t t = 0; t < T; ++t)
@@ -333,10 +365,8 @@ void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const
         c.s.upload(c.cos.span(), cos.data());
         c.s.upload(c.sin.span(), sin.data());
     }
-
-    dev::Tensor h = c.scratch(n), xn = c.scratch(n), mix = c.scratch(n);
-    c.s.upload(h.span(), x);
-    for (int l = 0; l < cfg_.num_layers; ++l) {
+    dev::Tensor xn = c.scratch(n), mix = c.scratch(n);
+    for (int l = l0; l < l1; ++l) {
         const Layer& L = layers_[l];
         const bool internals =
             trace && std::find(trace->internals_for_layers.begin(), trace->internals_for_layers.end(), l) !=
@@ -365,10 +395,6 @@ void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const
         }
         if (trace) trace->layers[l].layer_out = c.s.read(h.span());
     }
-    auto tm = c.time(&BackboneProfile::norms);
-    c.rms_norm_zc(h.span(), T, H, final_norm_, xn.span());
-    c.s.download(out, xn.span());
-    st.position += T;
 }
 
 void Backbone::gdn_mixer(const Layer& L, BackboneState::Layer& S, dev::Span xn, int64_t T, Ctx& c,
@@ -380,8 +406,8 @@ void Backbone::gdn_mixer(const Layer& L, BackboneState::Layer& S, dev::Span xn, 
     const int64_t conv_dim = 2 * key_dim + value_dim;
     dev::Stream& s = c.s;
     // The layer's state on the device for this chunk (the CPU's is the state itself).
-    const dev::Tensor conv_state = device_.wrap(S.conv.data(), static_cast<int64_t>(S.conv.size()));
-    const dev::Tensor delta_state = device_.wrap(S.delta.data(), static_cast<int64_t>(S.delta.size()));
+    const dev::Tensor conv_state = c.dev.wrap(S.conv.data(), static_cast<int64_t>(S.conv.size()));
+    const dev::Tensor delta_state = c.dev.wrap(S.delta.data(), static_cast<int64_t>(S.delta.size()));
 
     // Projections: qkv (convolved), z (output gate), b (beta), a (decay input).
     dev::Tensor qkv = c.scratch(T * conv_dim), conv = c.scratch(T * conv_dim), z = c.scratch(T * value_dim),
@@ -474,7 +500,7 @@ void Backbone::attention_mixer(const Layer& L, BackboneState::Layer& S, dev::Spa
     const bool gated = cfg_.attn_output_gate;
     dev::Stream& s = c.s;
     const int64_t p0 = S.kv_rows(kvdim);  // cache rows before this chunk
-    const auto [kc, vc] = grow_kv(device_, S, T, kvdim, c.opt.kv_bf16);
+    const auto [kc, vc] = grow_kv(c.dev, S, T, kvdim, c.opt.kv_bf16);
 
     dev::Tensor qg = c.scratch(T * (gated ? 2 * qdim : qdim)), k = c.scratch(T * kvdim),
                 v = c.scratch(T * kvdim);

@@ -134,14 +134,19 @@ public:
     // Streamed (the default) keeps them in the mapped file and dequantises each one per prefill chunk (memory
     // ~ the GGUF file), Packed unpacks them to bf16 once at load (faster, bf16-size memory).
     // The layers run on `device` (device/device.h): its matrices and vectors hold the weights, and each chunk
-    // is one stream of its kernels.
+    // is one stream of its kernels. device_layers >= 0 puts only the first device_layers layers there and the
+    // others on the CPU (a device too small for the whole model): a chunk then runs on both, the hidden
+    // states going to the CPU once, between the two parts.
     Backbone(const TextConfig& cfg, const WeightSource& weights,
-             ops::Residency quant_residency = ops::Residency::Streamed, dev::Device& device = dev::cpu());
+             ops::Residency quant_residency = ops::Residency::Streamed, dev::Device& device = dev::cpu(),
+             int device_layers = -1);
     ~Backbone();
     Backbone(const Backbone&) = delete;
     Backbone& operator=(const Backbone&) = delete;
 
     const TextConfig& config() const { return cfg_; }
+    // The layers on the constructor's device (the others run on the CPU).
+    int device_layers() const { return device_layers_; }
     // The detected tensor-name prefix ("model.language_model." or "model.").
     const std::string& prefix() const { return prefix_; }
     // Bytes of packed projection weights held in memory (streamed projections hold none).
@@ -228,8 +233,13 @@ private:
     void attention_mixer(const Layer& L, BackboneState::Layer& S, dev::Span xn, int64_t T, Ctx& c,
                          dev::Span out, BackboneTrace::Attention* tr) const;
     void mlp(const Layer& L, dev::Span xn, int64_t T, Ctx& c, dev::Span out) const;
+    void run_layers(BackboneState& st, int l0, int l1, dev::Tensor& h, const int32_t* positions,
+                    int64_t positions_stride, int64_t T, Ctx& c, BackboneTrace* trace) const;
 
+    // The device of layer l (the final norm is the last layer's).
+    dev::Device& device_of(int l) const { return l < device_layers_ ? device_ : dev::cpu(); }
     dev::Device& device_;
+    int device_layers_ = 0;
     TextConfig cfg_;
     std::string prefix_;
     const unsigned char* embed_data_ = nullptr;  // [vocab][hidden] in the mapped file
