@@ -12,6 +12,7 @@
 #include "model/config.h"
 #include "model/memory_plan.h"
 #include "test_util.h"
+#include "tools/make_model.h"
 #include "tools/model_info.h"
 
 namespace {
@@ -232,3 +233,33 @@ TEST(MemoryPlanCli, BadTokensExitTwoWithOneLine) {
 }
 
 }  // namespace
+
+// Issue 29, point 4, on paper: Clef-Flash from an IQ2_M GGUF, a 1,000-token text decision with the whole
+// backbone and the joint head on a Vulkan device, plans under 4 GiB of device memory. The configs are
+// `clef make-model --preset flash-shaped --configs-only` (Clef-Flash's shapes); the state is worked out here:
+// 24 GDN layers x ((4 - 1) conv taps x 8192 conv channels + 32 value heads x 128 x 128) + 8 attention layers
+// x 2 (K, V) x 1000 rows x (4 KV heads x 256), fp32.
+TEST(MemoryPlan, ClefFlashIq2mOnA4GiBCard) {
+    const std::string dir = ::testing::TempDir() + "/clef_flash_configs";
+    clef::MakeModelOptions o;
+    o.preset = "flash-shaped";
+    o.configs_only = true;
+    clef::make_model(o, dir);
+    const clef::ModelConfig c = clef::load_model_config(dir + "/config.json");
+    const clef::HeadConfig h = clef::load_head_config(dir + "/joint_head_config.json");
+    clef::MemoryPlanInput in = tiny_input(0);
+    in.device = true;
+    const clef::MemoryPlan p = clef::config_memory_plan(c, &h, "iq2_m", in);
+    ASSERT_TRUE(p.device);
+    EXPECT_EQ(p.device->layers, 32);
+    EXPECT_EQ(p.device->state, (24u * (3 * 8192 + 32 * 128 * 128) + 8u * 2 * 1000 * 1024) * 4);
+    EXPECT_LT(p.device->total(), uint64_t{4} << 30);
+    std::printf("Clef-Flash IQ2_M, 1,000 tokens on the device: %.0f MiB (weights %.0f MiB)\n",
+                static_cast<double>(p.device->total()) / (1 << 20),
+                static_cast<double>(p.device->weights()) / (1 << 20));
+    // Half the layers on the device: less of it.
+    in.device_layers = 16;
+    const clef::MemoryPlan half = clef::config_memory_plan(c, &h, "iq2_m", in);
+    EXPECT_EQ(half.device->layers, 16);
+    EXPECT_LT(half.device->backbone, p.device->backbone * 6 / 10);
+}

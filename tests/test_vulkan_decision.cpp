@@ -19,6 +19,7 @@
 #include "device/device.h"
 #include "device/vulkan.h"
 #include "io/gguf.h"
+#include "model/serve_plan.h"
 #include "model/vision.h"
 #include "test_util.h"
 #include "tools/gguf_convert.h"
@@ -241,6 +242,70 @@ TEST(VulkanDecision, SmallModelGgufTypes) {
         }
     }
     EXPECT_EQ(dev::vulkan_validation_errors(), 0);
+}
+
+// The device's part of the memory plan (model/memory_plan.h plan_device) against what the device holds: right
+// after load the weights (backbone projections in the file's type, the fp32 head) to within the allocator's
+// rounding and its fixed buffers (the i-quant tables, 33 KiB); after a decision of N tokens at most the
+// plan's total (it rounds every buffer up to its size class and counts them all at once).
+TEST(VulkanDecision, DevicePlanMatchesTheDevice) {
+    for (const char* type : {"bf16", "q4_k_m", "iq2_m"}) {
+        SCOPED_TRACE(type);
+        const std::string file = small_gguf(type);
+        setenv("CLEF_VULKAN_VALIDATION", "1", 0);
+        LoadOptions o;
+        o.device = "vulkan";
+        const std::unique_ptr<Engine> e = Engine::load(file, "", o);  // its own device: nothing else on it
+        if (e->device().is_cpu()) GTEST_SKIP() << "no Vulkan device on this machine";
+        const uint64_t loaded = e->device().memory().used;
+        MemoryPlanInput in = machine_plan_input(672);
+        in.device = true;
+        const MemoryPlan plan = compute_memory_plan(file, "", in);
+        ASSERT_TRUE(plan.device);
+        const double weights = static_cast<double>(plan.device->weights());
+        EXPECT_NEAR(static_cast<double>(loaded), weights, 0.01 * weights + 64 * 1024);
+        DecisionRequest req;
+        std::vector<RequestError> errors;
+        ASSERT_TRUE(parse_request(parse_json_or_throw(kShortRequests[0], "request"), req, errors));
+        const Decision d = e->decide(req, {});
+        EXPECT_EQ(d.prompt.input_ids.size(), 672u);  // the plan's N
+        EXPECT_LE(e->device().memory().used, plan.device->total());
+        std::printf("%-7s device plan: weights %.2f MiB (measured %.2f), total %.2f MiB (measured %.2f)\n",
+                    type, weights / (1 << 20), static_cast<double>(loaded) / (1 << 20),
+                    static_cast<double>(plan.device->total()) / (1 << 20),
+                    static_cast<double>(e->device().memory().used) / (1 << 20));
+    }
+}
+
+// --gpu-memory: the engine places the layers that its device plan fits (for a 4,096-token decision), the
+// rest on the CPU; below what the joint head alone needs, the whole model runs on the CPU. (Unpacked weights:
+// CPU layers that stream a GGUF's weights run 2,048-token chunks, and so would the device's layers beside
+// them, which can take more device memory than all layers in 512-token chunks.)
+TEST(VulkanDecision, GpuMemoryPlacesTheLayersThatFit) {
+    const std::string file = small_gguf("q4_k_m");
+    MemoryPlanInput in = machine_plan_input(4096);
+    in.device = true;
+    in.unpack_quantised = true;
+    auto plan = [&](int layers) {
+        in.device_layers = layers;
+        return compute_memory_plan(file, "", in).device->total();
+    };
+    setenv("CLEF_VULKAN_VALIDATION", "1", 0);
+    LoadOptions o;
+    o.device = "vulkan";
+    o.unpack_quantised = true;
+    o.gpu_memory = plan(2) + 1;  // 2 of the 4 layers fit, 3 do not
+    ASSERT_GT(plan(3), o.gpu_memory);
+    const std::unique_ptr<Engine> two = Engine::load(file, "", o);
+    if (two->device().is_cpu()) GTEST_SKIP() << "no Vulkan device on this machine";
+    EXPECT_EQ(two->backbone().device_layers(), 2);
+    DecisionRequest req;
+    std::vector<RequestError> errors;
+    ASSERT_TRUE(parse_request(parse_json_or_throw(kShortRequests[1], "request"), req, errors));
+    const Decision got = two->decide(req, {}), want = engine(file, "cpu").decide(req, {});
+    EXPECT_LE(clef::testing::max_probability_diff(got.probabilities, want.probabilities), 1e-4);
+    o.gpu_memory = plan(0) - 1;  // not even the head
+    EXPECT_TRUE(Engine::load(file, "", o)->device().is_cpu());
 }
 
 // --device cpu keeps every part on the CPU device, Vulkan present or not.

@@ -32,6 +32,8 @@ struct InfoOptions {
     std::string schema_tokens;
     int64_t cache_mib = -1;  // -1: as clef decide (default_state_cache_bytes)
     bool kv_bf16 = false;
+    std::string device = "cpu";  // --device cpu|vulkan: vulkan adds the device's part of the plan
+    int gpu_layers = -1;         // with --device vulkan: the backbone layers on it (-1: all)
     bool json = false;
 };
 
@@ -55,6 +57,8 @@ MemoryPlanInput plan_input(const InfoOptions& opt) {
     if (!opt.schema_tokens.empty()) in.schema_tokens = parse_tokens("--schema-tokens", opt.schema_tokens);
     in.schema_tokens = std::min(in.schema_tokens, in.tokens);
     in.backbone.kv_bf16 = opt.kv_bf16;
+    in.device = opt.device == "vulkan";
+    in.device_layers = opt.gpu_layers;
     in.cache_bytes =
         opt.cache_mib < 0 ? default_state_cache_bytes() : static_cast<uint64_t>(opt.cache_mib) << 20;
     return in;
@@ -154,6 +158,13 @@ void add_info_command(CLI::App& app) {
                     "Memory plan: the state cache budget in MiB (0 = off; default: as clef decide)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
     add_kv_type_option(cmd, opt->kv_bf16);
+    cmd->add_option("--device", opt->device,
+                    "Memory plan: cpu, or vulkan to add what the model and a decision take on a GPU")
+        ->check(CLI::IsMember({"cpu", "vulkan"}))
+        ->capture_default_str();
+    cmd->add_option("--gpu-layers", opt->gpu_layers,
+                    "Memory plan with --device vulkan: the backbone layers on the GPU (default: all)")
+        ->check(CLI::Range(0, 4096));
     cmd->add_flag("--json", opt->json, "Print a JSON object instead of the text summary");
     cmd->callback([opt, model, config]() {
         if (model->count() == 0 && config->count() == 0)

@@ -1,6 +1,7 @@
 // `clef make-model --preset tiny|small|flash-shaped|clef27-shaped [--layers N] [--seed S] [--no-vision]
 // [--shard-size BYTES]
-// [--force] --out DIR`: write a random checkpoint in the publisher layout (see tools/make_model.h).
+// [--force] [--configs-only] --out DIR`: write a random checkpoint in the publisher layout (see
+// tools/make_model.h).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -67,7 +68,7 @@ void run_make_model(MakeModelArgs a) {
             throw Error(a.out + ": directory is not empty (use --force to write into it anyway)");
     }
     const uint64_t total = make_model_weight_bytes(a.model);  // also validates preset and layers
-    if (isatty(fileno(stderr))) {
+    if (isatty(fileno(stderr)) && !a.model.configs_only) {
         auto line = std::make_shared<ProgressLine>();
         make_model(a.model, a.out, [line](uint64_t done, uint64_t all) { line->update(done, all); });
         line->finish(total);
@@ -104,6 +105,9 @@ void add_make_model_command(CLI::App& app) {
            "(e.g. 5GB); default: one model.safetensors")
         ->transform(CLI::AsSizeValue(true));
     cmd->add_flag("--force", args->force, "Write into an existing non-empty directory");
+    cmd->add_flag("--configs-only", args->model.configs_only,
+                  "Write the configs, tokenizer and processor files but no weights (for clef info --config "
+                  "memory plans)");
     cmd->add_option("--out,-o", args->out, "Output directory")->required();
     cmd->callback([args]() { run_make_model(*args); });
 }

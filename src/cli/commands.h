@@ -23,7 +23,8 @@ struct LoadArgs {
     bool unpack = false;
     int64_t cache_mib = -1;       // --cache-mib; -1: the command's default
     std::string device = "auto";  // --device auto|cpu|vulkan[:N]
-    int gpu_layers = -1;          // --gpu-layers N; -1: all
+    int gpu_layers = -1;          // --gpu-layers N; -1: as many as fit
+    uint64_t gpu_memory = 0;      // --gpu-memory SIZE; 0: the device's memory less 10 %
     // `main`: the precision the command decides in (it picks the weight layout: ops::default_gemm_plan).
     // default_cache_bytes: the state cache's budget without --cache-mib (serve sizes it from free memory).
     LoadOptions options(ops::Precision main = ops::Precision::Exact, uint64_t default_cache_bytes = 0) const;

@@ -54,6 +54,7 @@ LoadOptions LoadArgs::options(ops::Precision main, uint64_t default_cache_bytes)
     o.cache_bytes = cache_mib < 0 ? default_cache_bytes : static_cast<uint64_t>(cache_mib) << 20;
     o.device = device;
     o.gpu_layers = gpu_layers;
+    o.gpu_memory = gpu_memory;
     return o;
 }
 
@@ -77,8 +78,13 @@ void add_load_options(CLI::App* cmd, LoadArgs& args) {
     cmd->add_option(
            "--gpu-layers", args.gpu_layers,
            "On a Vulkan device: the backbone layers it holds, the first ones (the others run on the CPU "
-           "in the same decision; default: all)")
+           "in the same decision; default: as many as --gpu-memory holds)")
         ->check(CLI::Range(0, 4096));
+    cmd->add_option("--gpu-memory", args.gpu_memory,
+                    "On a Vulkan device: the memory the model may take there (e.g. 3.5GB; default: its "
+                    "device-local memory less 10 %), planned for a 4,096-token decision (clef info --device "
+                    "vulkan shows the plan)")
+        ->transform(CLI::AsSizeValue(false));
     if (CLI::Option* model = cmd->get_option_no_throw("--model"))
         model->description(model->get_description() +
                            ", or a Hugging Face Hub repository ORG/NAME[@REVISION]");

@@ -13,6 +13,7 @@
 #include "model/head.h"
 #include "model/model_files.h"
 #include "model/mrope.h"
+#include "model/serve_plan.h"
 #include "model/tensors.h"
 #include "model/vision.h"
 #include "ops/basic.h"
@@ -82,6 +83,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& model_path, const std::s
                                                                     : Tokenizer::load(m.tokenizer_path));
     e->model_path_ = model_path, e->head_dir_ = head_dir, e->options_ = options;
     e->open_device(options.device);
+    e->fit_device();
     const WeightSource& vision_weights = e->build_parts(m);
     if (e->config_.vision && VisionTower::in_checkpoint(vision_weights)) e->load_vision(m, vision_weights);
     // The tower holds packed copies of an mmproj's other tensors (fp32 ones dequantised from Q8_0 included).
@@ -167,6 +169,37 @@ void Engine::load_vision(const ModelFiles& m, const WeightSource& weights) {
 
 std::unique_ptr<VisionTower> Engine::make_vision(const WeightSource& weights) const {
     return std::make_unique<VisionTower>(*config_.vision, weights, kVisionPrefix, false, *device_);
+}
+
+void Engine::fit_device() {
+    if (device_.load()->is_cpu() || options_.gpu_layers >= 0) return;
+    const dev::DeviceMemory m = device_.load()->memory();
+    const uint64_t budget = options_.gpu_memory > 0 ? options_.gpu_memory : m.total / 10 * 9;
+    MemoryPlanInput in = machine_plan_input(options_.plan_tokens);
+    in.device = true;
+    in.unpack_quantised = options_.unpack_quantised;
+    const int layers = config_.text.num_layers;
+    for (int n = layers; n >= 0; --n) {
+        in.device_layers = n;
+        uint64_t need = 0;
+        try {
+            need = compute_memory_plan(model_path_, head_dir_, in).device->total();
+        } catch (const Error&) {
+            return;  // files the plan cannot read (the load will say what is wrong): all layers
+        }
+        if (need > budget) continue;
+        options_.gpu_layers = n;
+        if (n < layers)
+            std::fprintf(stderr,
+                         "clef: %d of %d layers on %s: the whole model needs more than %.0f MiB there\n", n,
+                         layers, device_.load()->name().c_str(), static_cast<double>(budget) / (1 << 20));
+        return;
+    }
+    std::fprintf(stderr,
+                 "clef: %s: %.0f MiB of device memory do not hold the joint head: running on the CPU\n",
+                 device_.load()->name().c_str(), static_cast<double>(budget) / (1 << 20));
+    own_device_.reset();
+    device_ = &dev::cpu();
 }
 
 void Engine::open_device(const std::string& spec) {

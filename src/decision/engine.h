@@ -79,8 +79,11 @@ struct LoadOptions {
     // explicit vulkan spec with one line on stderr saying why (Engine::open_device).
     std::string device = "cpu";
     // With a Vulkan device: how many backbone layers go on it (the first ones; the others run on the CPU in
-    // the same decision); -1: all of them.
+    // the same decision); -1: as many as the device memory plan (model/memory_plan.h plan_device) fits in
+    // gpu_memory bytes for a decision of plan_tokens tokens (0: the device's device-local memory less 10 %).
     int gpu_layers = -1;
+    uint64_t gpu_memory = 0;
+    int64_t plan_tokens = 4096;
 };
 
 // A state-cache budget sized from this machine's available memory (a quarter of it, at most 8 GiB).
@@ -174,6 +177,8 @@ private:
     void load_vision(const ModelFiles& m, const WeightSource& weights);
     std::unique_ptr<VisionTower> make_vision(const WeightSource& weights) const;
     void open_device(const std::string& spec);
+    // With a Vulkan device and gpu_layers -1: the layers its memory plan fits (LoadOptions), or the CPU.
+    void fit_device();
     // The weights, backbone and head on device_ from the model's files; returns the vision tower's weights.
     const WeightSource& build_parts(ModelFiles& m) const;
     // [T][hidden]: the prompt's embeddings with the vision tower's rows in place of the image and video pads.

@@ -324,12 +324,95 @@ DecisionMemory plan_decision(const TextConfig& text, const HeadConfig* head, con
     return m;
 }
 
+namespace {
+
+// A buffer of the Vulkan device's scratch pool: its power-of-two size class, at least 4 KiB
+// (device/vk_device.cpp Pool::size_class).
+uint64_t pooled(uint64_t bytes) {
+    uint64_t c = 4096;
+    while (c < bytes) c <<= 1;
+    return c;
+}
+
+uint64_t pooled(std::initializer_list<uint64_t> buffers) {
+    uint64_t n = 0;
+    for (uint64_t b : buffers) n += pooled(b);
+    return n;
+}
+
+// A matrix on the device (VulkanDevice::matrix): as stored where a shader reads the type (every float type
+// but F64 and every block type of the GGUF files), else widened to fp32.
+uint64_t device_matrix(const TensorSpec& s, const StoredTensor& st) {
+    return st.kind == Kind::F64 ? f32(s.numel()) : st.bytes;
+}
+
+}  // namespace
+
+DevicePlan plan_device(const ModelConfig& model, const HeadConfig* head, const ModelSources& sources,
+                       const MemoryPlanInput& in, int64_t c) {
+    const TextConfig& t = model.text;
+    DevicePlan p;
+    p.layers = in.device_layers < 0 ? t.num_layers : std::min(in.device_layers, t.num_layers);
+    const auto on_device = [&](const TensorSpec& s) {
+        const int layer = s.text == TextWeight::FinalNorm ? t.num_layers - 1 : s.layer;
+        return layer < p.layers;
+    };
+    for_each_text_tensor(t, !t.tie_word_embeddings, [&](const TensorSpec& s) {
+        const std::optional<StoredTensor> st = sources.text(s);
+        if (!st || s.text == TextWeight::Embed || s.text == TextWeight::LmHead || !on_device(s)) return;
+        p.backbone += s.matrix ? device_matrix(s, *st) : f32(s.numel());
+    });
+    if (sources.vision && model.vision)
+        for_each_vision_tensor(*model.vision, [&](const TensorSpec& s) {
+            const std::optional<StoredTensor> st = sources.vision(s);
+            if (!st || (s.layout == GgufLayout::PatchFrame && s.slice > 0)) return;
+            p.vision += s.matrix ? device_matrix(s, *st) : f32(s.numel());
+        });
+    if (head)  // model/head.cpp: every tensor as fp32, the attentions' k and v rows once more
+        for_each_head_tensor(*head, [&](const TensorSpec& s) {
+            const bool split = s.layout == GgufLayout::Split;
+            const int64_t n = split ? s.numel() / 3 : s.numel();
+            p.head += f32(n) + (split && s.matrix && s.slice > 0 ? f32(n) : 0);
+        });
+    // The device layers' share of the state; a chunk's buffers on the device (Backbone::forward_chunk,
+    // gdn_mixer, attention_mixer, mlp): h, xn, mix and the final norm's, the RoPE tables, every buffer of a
+    // GDN layer, of an attention layer and of the MLP (the pool keeps what it freed, by size class).
+    const Widths d(t);
+    const int64_t N = std::max<int64_t>(in.tokens, 1), W = head ? head->width : 0;
+    int full = 0, linear = 0;
+    for (int l = 0; l < p.layers; ++l) (t.layer_types[l] == LayerType::FullAttention ? full : linear) += 1;
+    p.state = f32(linear * d.recurrent) + kv_bytes(in, 2 * int64_t{full} * N * d.kvd);
+    const uint64_t row = f32(c * d.H), gate = f32(c * (d.qrows - d.qd));
+    p.activations = pooled({row, row, row, row, f32(c * d.half_rope), f32(c * d.half_rope)});
+    if (linear > 0)
+        p.activations += pooled({f32(c * d.cd), f32(c * d.cd), f32(c * d.vd), f32(c * d.Hv), f32(c * d.Hv),
+                                 f32(c * d.kd), f32(c * d.kd), f32(c * d.vd), f32(c * d.vd)});
+    if (full > 0)
+        p.activations +=
+            pooled({f32(c * d.qrows), f32(c * d.kvd), f32(c * d.kvd), f32(c * d.qd), gate, f32(c * d.qd)});
+    p.activations += pooled({f32(c * d.I), f32(c * d.I)});
+    // The head (model/head.cpp) on the device: its memory rows [N][W], normalised, and a chunk's rows.
+    if (head) p.activations += pooled({f32(N * W), f32(N * W), f32(c * d.H), f32(c * W)});
+    return p;
+}
+
 MemoryPlan plan_memory(const ModelConfig& model, const HeadConfig* head, const ModelSources& sources,
                        const MemoryPlanInput& in) {
     MemoryPlan p;
     p.input = in;
     p.weights = plan_weights(model, head, sources, in);
     p.decision = plan_decision(model.text, head, p.weights, in);
+    if (in.device) {
+        // The device's layers do not stream: the short chunk, unless CPU layers stream theirs.
+        const int layers = in.device_layers < 0 ? model.text.num_layers : in.device_layers;
+        const int64_t c =
+            layers >= model.text.num_layers
+                ? std::min<int64_t>(std::max<int64_t>(in.tokens, 1), in.backbone.prefill_chunk > 0
+                                                                         ? in.backbone.prefill_chunk
+                                                                         : std::max<int64_t>(in.tokens, 1))
+                : p.decision.chunk;
+        p.device = plan_device(model, head, sources, in, c);
+    }
     return p;
 }
 

@@ -54,6 +54,24 @@ struct MemoryPlanInput {
     // Backend of bf16 weights (ops::PackedLinear::auto_backend): the own kernels pack, oneDNN reads in place.
     bool onednn = false;
     ops::GemmKernel exact_kernel = ops::GemmKernel::F32;  // the oneDNN kernel of Precision::Exact
+    // A Vulkan device's part (DevicePlan), when `device`: the backbone layers on it (-1: all of them, as
+    // LoadOptions::gpu_layers).
+    bool device = false;
+    int device_layers = -1;
+};
+
+// What the model holds on a Vulkan device (device/vk_device.cpp) and what a decision of N tokens adds there.
+// The token embedding table and the lm_head rows stay in host memory.
+struct DevicePlan {
+    int layers = 0;            // backbone layers on the device (the others run on the CPU)
+    uint64_t backbone = 0;     // their projections in the file's type, norms and other vectors as fp32
+    uint64_t head = 0;         // the joint head: fp32 matrices, the k/v rows its memory attention reads
+    uint64_t vision = 0;       // the vision tower, in its file's types (0: none)
+    uint64_t state = 0;        // the device layers' recurrent states and K/V cache for N tokens
+    uint64_t activations = 0;  // a chunk's buffers (each in the allocator's power-of-two size class) and
+                               // the head's memory rows, at most
+    uint64_t weights() const { return backbone + head + vision; }
+    uint64_t total() const { return weights() + state + activations; }
 };
 
 // The weights as the engine holds them, independent of N except for the embedding rows.
@@ -97,6 +115,7 @@ struct MemoryPlan {
     MemoryPlanInput input;
     WeightMemory weights;
     DecisionMemory decision;
+    std::optional<DevicePlan> device;  // when input.device
     // While loading: the weights (no embedding rows yet) and the head's source until the head is built.
     uint64_t load_peak() const { return weights.total() - weights.embedding_rows + weights.load_transient; }
     // The process's peak: the weights plus the decision's peak, or the load's peak when that is larger.
@@ -111,6 +130,8 @@ WeightMemory plan_weights(const ModelConfig& model, const HeadConfig* head, cons
 // A decision's memory (head null: a backbone-only model, no head parts).
 DecisionMemory plan_decision(const TextConfig& text, const HeadConfig* head, const WeightMemory& weights,
                              const MemoryPlanInput& in);
+DevicePlan plan_device(const ModelConfig& model, const HeadConfig* head, const ModelSources& sources,
+                       const MemoryPlanInput& in, int64_t chunk);
 MemoryPlan plan_memory(const ModelConfig& model, const HeadConfig* head, const ModelSources& sources,
                        const MemoryPlanInput& in);
 

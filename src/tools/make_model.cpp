@@ -647,6 +647,7 @@ void make_model(const MakeModelOptions& opt, const std::string& out_dir, Progres
     write_text_file(dir / "tokenizer.json", tokenizer_json());
     write_text_file(dir / "tokenizer_config.json", tokenizer_config_json());
     write_text_file(dir / "processor_config.json", processor_config_json(d));
+    if (opt.configs_only) return;
 
     const auto model = sources_of(plan_backbone(d, opt.vision), opt.seed);
     const auto head = sources_of(plan_head(d), opt.seed);

@@ -39,6 +39,7 @@ struct MakeModelOptions {
     uint64_t seed = 1;
     bool vision = true;      // false: no vision_config and no model.visual.* tensors
     size_t shard_bytes = 0;  // > 0: model-0000k-of-0000n.safetensors shards of at most this many tensor bytes
+    bool configs_only = false;  // the configs, tokenizer and processor files, no weights (memory plans)
 };
 
 // Called as the weights are written: bytes written so far and the total, over all safetensors files.

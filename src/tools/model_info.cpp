@@ -444,6 +444,19 @@ std::string format_memory_plan(const MemoryPlan& p) {
     row("decision peak", d.peak, "the largest total over the prefill and head phases");
     row("load peak", p.load_peak(), "weights + the head's source while it loads");
     row("total peak", p.peak(), "weights + decision peak, or the load peak");
+    if (const auto& g = p.device) {
+        o << fmt::format(
+            "on the Vulkan device ({} backbone layers; the embedding table and lm_head rows stay "
+            "in host memory)\n",
+            g->layers);
+        row("backbone weights", g->backbone,
+            "the device layers' projections in the file's type, vectors fp32");
+        row("joint head", g->head, "fp32 matrices and the k/v rows of its attentions");
+        if (g->vision) row("vision tower", g->vision, "in the file's types");
+        row("state", g->state, "the device layers' recurrent states and K/V cache, N rows");
+        row("activations", g->activations, "a chunk's buffers in power-of-two size classes, the head's rows");
+        row("device total", g->total(), "");
+    }
     return o.str();
 }
 
@@ -485,7 +498,15 @@ nlohmann::json memory_plan_to_json(const MemoryPlan& p) {
               {"heap_retained", d.heap_retained},
               {"peak", d.peak}}},
             {"load_peak", p.load_peak()},
-            {"peak", p.peak()}};
+            {"peak", p.peak()},
+            {"device", p.device ? nlohmann::json{{"layers", p.device->layers},
+                                                 {"backbone", p.device->backbone},
+                                                 {"head", p.device->head},
+                                                 {"vision", p.device->vision},
+                                                 {"state", p.device->state},
+                                                 {"activations", p.device->activations},
+                                                 {"total", p.device->total()}}
+                                : nlohmann::json(nullptr)}};
 }
 
 }  // namespace clef
