@@ -24,7 +24,9 @@
 #include <thread>
 #include <vector>
 
+#include "device/vulkan.h"
 #include "model/model_card.h"
+#include "model/serve_plan.h"
 #include "test_util.h"
 #include "util/json.h"
 
@@ -415,6 +417,30 @@ TEST(ServeModels, RequestOverTheMemoryPlanIsRefused) {
     EXPECT_NE(msg.find("memory plan"), std::string::npos) << msg;
     EXPECT_NE(msg.find("--memory-limit-mib 36 MiB"), std::string::npos) << msg;
     s.post("/v1/systemone", decision("clef-demo"), 200);
+    EXPECT_EQ(s.stop(), 0);
+}
+
+// The device's part of the admission (--device vulkan, lavapipe here): --gpu-memory that holds the model and
+// its 4,096-token plan, and a ~16,000-token decision whose device state and activations do not fit beside it,
+// is refused with a 400 naming the device and --gpu-memory; short decisions are answered.
+TEST(ServeModels, RequestOverTheDeviceMemoryPlanIsRefused) {
+    if (!clef::dev::choose_device("vulkan", clef::dev::probe_vulkan()).vulkan)
+        GTEST_SKIP() << "no Vulkan device";
+    const std::string model = data_path("tiny-clef");
+    clef::MemoryPlanInput in = clef::machine_plan_input(4096);
+    in.device = true;
+    const uint64_t fits = clef::compute_memory_plan(model, "", in).device->total() + (uint64_t{1} << 20);
+    CliServer s({"--model", model, "--device", "vulkan", "--gpu-memory", std::to_string(fits), "--name",
+                 "tiny-clef"});
+    s.post("/v1/systemone", decision("tiny-clef"), 200);
+    std::string words;
+    for (int i = 0; i < 3300; ++i) words += "word ";
+    const JsonValue big = s.post("/v1/systemone", decision("tiny-clef", words), 400);
+    ASSERT_TRUE(big.find("detail") && big.find("detail")->find("message")) << "no 400 error body";
+    const std::string msg = big.find("detail")->find("message")->as_string();
+    EXPECT_NE(msg.find("device memory plan"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--gpu-memory"), std::string::npos) << msg;
+    s.post("/v1/systemone", decision("tiny-clef"), 200);
     EXPECT_EQ(s.stop(), 0);
 }
 

@@ -15,9 +15,33 @@ namespace clef {
 
 namespace {
 
+// On a Vulkan device: what --gpu-memory (or the device's memory less 10 %) leaves beside the weights the
+// device plan puts there, and a decision's device need (its state and activations).
+void device_budget(DecisionMemoryBudget& m, const ServeModel& s, const MemoryPlanner& planner,
+                   MemoryPlanInput base, const Engine& e) {
+    const dev::Device& d = e.device();
+    if (d.is_cpu()) return;
+    base.device = true;
+    base.device_layers = e.backbone().device_layers();
+    const uint64_t weights = planner(base).device->weights();
+    const uint64_t limit = s.load.gpu_memory > 0 ? s.load.gpu_memory : d.memory().total / 10 * 9;
+    m.device_budget = limit > weights ? limit - weights : 0;
+    m.device_limit = fmt::format("{} {} MiB less the weights' {} MiB",
+                                 s.load.gpu_memory > 0 ? "--gpu-memory" : "the device's memory less 10 %:",
+                                 with_thousands(static_cast<int64_t>(limit >> 20)),
+                                 with_thousands(static_cast<int64_t>(weights >> 20)));
+    m.device_need = [planner, base](int64_t tokens) {
+        MemoryPlanInput in = base;
+        in.tokens = std::max<int64_t>(tokens, 1);
+        in.schema_tokens = std::min(in.schema_tokens, in.tokens);
+        const DevicePlan p = *planner(in).device;
+        return p.state + p.activations;
+    };
+}
+
 // The memory left for decisions once the model is loaded: the limit less the weights as held and the state
 // cache's budget; each decision's need is its memory plan (model/serve_plan.h).
-DecisionMemoryBudget memory_budget(const ServeModel& s) {
+DecisionMemoryBudget memory_budget(const ServeModel& s, const Engine& e) {
     const LoadOptions& lo = s.load;
     const MemoryPlanner planner = memory_planner(s.dir, s.head);
     MemoryPlanInput base = machine_plan_input(1, s.backbone);
@@ -39,6 +63,7 @@ DecisionMemoryBudget memory_budget(const ServeModel& s) {
         in.schema_tokens = std::min(in.schema_tokens, in.tokens);
         return planner(in).decision.peak;
     };
+    device_budget(m, s, planner, base, e);
     return m;
 }
 
@@ -52,7 +77,7 @@ Server::Loader serve_loader(ServeModel s) {
         if (context > 0 && s.max_tokens > context)
             throw Error(fmt::format("--max-tokens {} exceeds the model's context of {} tokens", s.max_tokens,
                                     context));
-        m.memory = memory_budget(s);
+        m.memory = memory_budget(s, *m.engine);
         return m;
     };
 }

@@ -234,11 +234,25 @@ std::shared_ptr<DecisionJob> Server::Impl::prepare_job(const httplib::Request& r
 
 // Whether the decision's memory plan fits the budget at all (answered 400 otherwise); sets job.memory.
 bool Server::Impl::fits_memory(DecisionJob& job, httplib::Response& res) {
-    if (!memory.need) return true;
     const int64_t tokens = static_cast<int64_t>(job.prepared.prompt.input_ids.size());
+    const auto mib = [](uint64_t b) { return with_thousands(static_cast<int64_t>(b >> 20)); };
+    if (memory.device_need && !engine->device().is_cpu()) {
+        const uint64_t need = memory.device_need(tokens);
+        if (need > memory.device_budget) {
+            respond(
+                res, 400,
+                detail_object("max_tokens_exceeded",
+                              "This decision of " + with_thousands(tokens) + " tokens needs " +
+                                  mib(need + (uint64_t{1} << 20) - 1) + " MiB on " + engine->device().name() +
+                                  " (the device memory plan); " + mib(memory.device_budget) +
+                                  " MiB are left there for a decision (" + memory.device_limit +
+                                  "). Send a shorter state or raise --gpu-memory."));
+            return false;
+        }
+    }
+    if (!memory.need) return true;
     job.memory = memory.need(tokens);
     if (scheduler.admissible(job.memory)) return true;
-    const auto mib = [](uint64_t b) { return with_thousands(static_cast<int64_t>(b >> 20)); };
     const uint64_t need_up = job.memory + (uint64_t{1} << 20) - 1;  // never shown as equal to the budget
     respond(res, 400,
             detail_object("max_tokens_exceeded",

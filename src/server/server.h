@@ -55,6 +55,11 @@ struct DecisionMemoryBudget {
     std::function<uint64_t(int64_t tokens)> need;
     uint64_t budget = 0;  // bytes for the decisions in flight
     std::string limit;    // how the budget was reached, for the refusal's message
+    // On a Vulkan device: a decision's device memory (its plan's state and activations) and what the device
+    // leaves for one beside the model's weights there; a decision over it is refused before it starts.
+    std::function<uint64_t(int64_t tokens)> device_need;
+    uint64_t device_budget = 0;
+    std::string device_limit;
 };
 
 struct LoadedModel {
