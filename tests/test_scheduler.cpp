@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -139,6 +140,23 @@ TEST(Scheduler, MemoryBudgetHoldsBackInArrivalOrder) {
     const std::vector<Spec> jobs = {{"A", 2, 60}, {"B", 1, 60}, {"C", 1, 30}};
     EXPECT_EQ(run_jobs(jobs, 4, 100).steps, (Strings{"A", "A", "B", "C"}));
     EXPECT_EQ(run_jobs(jobs, 4).steps, (Strings{"A", "B", "C", "A"}));
+}
+
+// The device budget (a model on a GPU) holds jobs back the same way, whatever the host budget: A and B do not
+// fit on the device together, so B waits for A; C fits beside B.
+TEST(Scheduler, DeviceMemoryBudgetHoldsBackInArrivalOrder) {
+    Log log;
+    Scheduler s({8, 4});
+    s.set_memory_budget(1000);
+    s.set_device_memory_budget(100);
+    std::vector<std::shared_ptr<FakeJob>> jobs;
+    for (auto [name, steps, device] :
+         {std::tuple{"A", 2, 60}, std::tuple{"B", 1, 60}, std::tuple{"C", 1, 30}}) {
+        jobs.push_back(std::make_shared<FakeJob>(log, name, steps, 10));
+        jobs.back()->device_memory = static_cast<uint64_t>(device);
+    }
+    run_all(s, jobs);
+    EXPECT_EQ(log.steps, (Strings{"A", "A", "B", "C"}));
 }
 
 // The admission check of one job: within the budget alone, or anything without a budget.

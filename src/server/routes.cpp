@@ -237,7 +237,7 @@ bool Server::Impl::fits_memory(DecisionJob& job, httplib::Response& res) {
     const int64_t tokens = static_cast<int64_t>(job.prepared.prompt.input_ids.size());
     const auto mib = [](uint64_t b) { return with_thousands(static_cast<int64_t>(b >> 20)); };
     if (memory.device_need && !engine->device().is_cpu()) {
-        const uint64_t need = memory.device_need(tokens);
+        const uint64_t need = job.device_memory = memory.device_need(tokens);
         if (need > memory.device_budget) {
             respond(
                 res, 400,

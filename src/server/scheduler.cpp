@@ -14,6 +14,12 @@ void Scheduler::set_memory_budget(uint64_t bytes) {
     budget_ = bytes;
 }
 
+void Scheduler::set_device_memory_budget(uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    device_bounded_ = true;
+    device_budget_ = bytes;
+}
+
 bool Scheduler::admissible(uint64_t memory) const {
     std::lock_guard<std::mutex> lock(mu_);
     return !bounded_ || memory <= budget_;
@@ -35,9 +41,12 @@ size_t Scheduler::queued() const {
     return queue_.size();
 }
 
-// Jobs in flight together stay within the memory budget (each alone fits: admissible); the first always runs.
+// Jobs in flight together stay within the memory budgets (each alone fits: admissible); the first always
+// runs.
 bool Scheduler::fits_in_flight(const ScheduledJob& next) const {
-    return running_.empty() || !bounded_ || memory_in_flight_ + next.memory <= budget_;
+    if (running_.empty()) return true;
+    return (!bounded_ || memory_in_flight_ + next.memory <= budget_) &&
+           (!device_bounded_ || device_in_flight_ + next.device_memory <= device_budget_);
 }
 
 bool Scheduler::take() {
@@ -51,6 +60,7 @@ bool Scheduler::take() {
         if (on_queue_depth_) on_queue_depth_(queue_.size());
         if (job->admit()) {
             memory_in_flight_ += job->memory;
+            device_in_flight_ += job->device_memory;
             running_.push_back(std::move(job));
         } else {
             job->finish();
@@ -66,6 +76,7 @@ void Scheduler::turn() {
             continue;
         }
         memory_in_flight_ -= running_[i]->memory;
+        device_in_flight_ -= running_[i]->device_memory;
         running_[i]->finish();
         running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
     }

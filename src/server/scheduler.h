@@ -27,7 +27,8 @@ public:
     virtual bool step() = 0;
     // Hands the outcome to whoever waits for it.
     virtual void finish() = 0;
-    uint64_t memory = 0;  // what the job takes while it runs (its memory plan), against the budget
+    uint64_t memory = 0;         // what the job takes while it runs (its memory plan), against the budget
+    uint64_t device_memory = 0;  // and on a GPU (its device plan), against the device budget
 };
 
 struct SchedulerLimits {
@@ -43,6 +44,8 @@ public:
     // The memory the jobs in flight may take together; without one (the default) only max_in_flight bounds
     // them. Set it before the first job is submitted.
     void set_memory_budget(uint64_t bytes);
+    // The same for a GPU's memory (the jobs' device_memory), when the model runs on one.
+    void set_device_memory_budget(uint64_t bytes);
     // Whether a job of this memory could ever run: within the budget alone (always, without a budget).
     bool admissible(uint64_t memory) const;
     // Queues the job; false (nothing queued) when queue_size jobs already wait.
@@ -69,11 +72,11 @@ private:
     std::condition_variable cv_;
     std::deque<std::shared_ptr<ScheduledJob>> queue_;
     bool stopping_ = false;
-    bool bounded_ = false;
-    uint64_t budget_ = 0;
+    bool bounded_ = false, device_bounded_ = false;
+    uint64_t budget_ = 0, device_budget_ = 0;
     // The worker's own state (its thread only).
     std::vector<std::shared_ptr<ScheduledJob>> running_;
-    uint64_t memory_in_flight_ = 0;
+    uint64_t memory_in_flight_ = 0, device_in_flight_ = 0;
 };
 
 }  // namespace clef

@@ -284,6 +284,7 @@ void Server::Impl::load() {
         loaded_card = describe(std::move(loaded.card), *engine);
         memory = std::move(loaded.memory);
         if (memory.need) scheduler.set_memory_budget(memory.budget);
+        if (memory.device_need) scheduler.set_device_memory_budget(memory.device_budget);
         // Warm-up: one small decision touches every weight page and sizes the scratch buffers.
         JsonValue body = parse_json_or_throw(
             R"({"model":"warm-up","state":"warm-up","questions":{"ok":{"type":"noul","instructions":"ok?"}}})",
