@@ -174,7 +174,9 @@ std::unique_ptr<VisionTower> Engine::make_vision(const WeightSource& weights) co
 void Engine::fit_device() {
     if (device_.load()->is_cpu() || options_.gpu_layers >= 0) return;
     const dev::DeviceMemory m = device_.load()->memory();
+    if (options_.gpu_memory == 0 && m.total == 0) return;  // a device that reports no device-local heap
     const uint64_t budget = options_.gpu_memory > 0 ? options_.gpu_memory : m.total / 10 * 9;
+    // The plan reads the model's files (a GGUF's mmproj tower is not in it: it goes on the device beside).
     MemoryPlanInput in = machine_plan_input(options_.plan_tokens);
     in.device = true;
     in.unpack_quantised = options_.unpack_quantised;
