@@ -401,6 +401,17 @@ TEST_F(ServeGguf, OllamaVersionTagsShow) {
 // ---------------------------------------------------------------------------------------------------------------
 // The demo model, with an API key and JSON request logs.
 
+// A 400 refusal of `body` by the memory admission whose message names each of `names`; then a short decision
+// of `model` is still answered.
+void expect_memory_refusal(CliServer& s, const std::string& model, const std::string& body,
+                           std::initializer_list<const char*> names) {
+    const JsonValue big = s.post("/v1/systemone", body, 400);
+    ASSERT_TRUE(big.find("detail") && big.find("detail")->find("message")) << "no 400 error body";
+    const std::string msg = big.find("detail")->find("message")->as_string();
+    for (const char* n : names) EXPECT_NE(msg.find(n), std::string::npos) << msg;
+    s.post("/v1/systemone", decision(model), 200);
+}
+
 // The memory plan's admission: with a limit that leaves room for short decisions only, a long prompt gets a
 // 400 naming the need and the limit before it starts, and the server keeps answering.
 TEST(ServeModels, RequestOverTheMemoryPlanIsRefused) {
@@ -411,12 +422,8 @@ TEST(ServeModels, RequestOverTheMemoryPlanIsRefused) {
     const JsonValue err = s.post("/v1/systemone", decision("clef-demo", words), 200);
     EXPECT_TRUE(err.find("answers")) << "300 words (~1,500 tokens) fit 36 MiB on the demo model";
     for (int i = 0; i < 3000; ++i) words += "word ";
-    const JsonValue big = s.post("/v1/systemone", decision("clef-demo", words), 400);
-    ASSERT_TRUE(big.find("detail") && big.find("detail")->find("message")) << "no 400 error body";
-    const std::string msg = big.find("detail")->find("message")->as_string();
-    EXPECT_NE(msg.find("memory plan"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("--memory-limit-mib 36 MiB"), std::string::npos) << msg;
-    s.post("/v1/systemone", decision("clef-demo"), 200);
+    expect_memory_refusal(s, "clef-demo", decision("clef-demo", words),
+                          {"memory plan", "--memory-limit-mib 36 MiB"});
     EXPECT_EQ(s.stop(), 0);
 }
 
@@ -435,12 +442,8 @@ TEST(ServeModels, RequestOverTheDeviceMemoryPlanIsRefused) {
     s.post("/v1/systemone", decision("tiny-clef"), 200);
     std::string words;
     for (int i = 0; i < 3300; ++i) words += "word ";
-    const JsonValue big = s.post("/v1/systemone", decision("tiny-clef", words), 400);
-    ASSERT_TRUE(big.find("detail") && big.find("detail")->find("message")) << "no 400 error body";
-    const std::string msg = big.find("detail")->find("message")->as_string();
-    EXPECT_NE(msg.find("device memory plan"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("--gpu-memory"), std::string::npos) << msg;
-    s.post("/v1/systemone", decision("tiny-clef"), 200);
+    expect_memory_refusal(s, "tiny-clef", decision("tiny-clef", words),
+                          {"device memory plan", "--gpu-memory"});
     EXPECT_EQ(s.stop(), 0);
 }
 
