@@ -94,6 +94,7 @@ class CountingDevice final : public dev::Device {
 public:
     std::string name() const override { return "counting"; }
     bool is_cpu() const override { return false; }
+    std::string kind() const override { return "counting"; }
     dev::Tensor vector(std::vector<float> v) override { return ++c.vectors, dev::cpu().vector(std::move(v)); }
     std::unique_ptr<dev::Matrix> matrix(const dev::MatrixSource& s) override {
         return ++c.matrices, dev::cpu().matrix(s);

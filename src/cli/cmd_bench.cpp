@@ -120,7 +120,7 @@ JsonValue profile_json(const DecisionProfile& p) {
 // timestamps over `runs` decisions) and the GFLOP/s of those whose work is counted.
 JsonValue device_json(const dev::Device& d, int runs) {
     JsonValue o = JsonValue::object();
-    o.set("kind", JsonValue::string(d.is_cpu() ? "cpu" : "vulkan"));
+    o.set("kind", JsonValue::string(d.kind()));
     o.set("name", JsonValue::string(d.name()));
     const auto times = d.kernel_times();
     if (times.empty()) return o;

@@ -21,10 +21,11 @@ void device_budget(DecisionMemoryBudget& m, const ServeModel& s, const MemoryPla
                    MemoryPlanInput base, const Engine& e) {
     const dev::Device& d = e.device();
     if (d.is_cpu()) return;
+    const uint64_t limit = gpu_memory_budget(s.load, d);
+    if (limit == 0) return;  // no bound known: decisions that do not fit get 503 from the device
     base.device = true;
     base.device_layers = e.backbone().device_layers();
     const uint64_t weights = planner(base).device->weights();
-    const uint64_t limit = s.load.gpu_memory > 0 ? s.load.gpu_memory : d.memory().total / 10 * 9;
     m.device_budget = limit > weights ? limit - weights : 0;
     m.device_limit = fmt::format("{} {} MiB less the weights' {} MiB",
                                  s.load.gpu_memory > 0 ? "--gpu-memory" : "the device's memory less 10 %:",

@@ -171,21 +171,26 @@ std::unique_ptr<VisionTower> Engine::make_vision(const WeightSource& weights) co
     return std::make_unique<VisionTower>(*config_.vision, weights, kVisionPrefix, false, *device_);
 }
 
+uint64_t gpu_memory_budget(const LoadOptions& o, const dev::Device& d) {
+    return o.gpu_memory > 0 ? o.gpu_memory : d.memory().total / 10 * 9;
+}
+
 void Engine::fit_device() {
     if (device_.load()->is_cpu() || options_.gpu_layers >= 0) return;
-    const dev::DeviceMemory m = device_.load()->memory();
-    if (options_.gpu_memory == 0 && m.total == 0) return;  // a device that reports no device-local heap
-    const uint64_t budget = options_.gpu_memory > 0 ? options_.gpu_memory : m.total / 10 * 9;
+    const uint64_t budget = gpu_memory_budget(options_, *device_.load());
+    if (budget == 0) return;
     // The plan reads the model's files (a GGUF's mmproj tower is not in it: it goes on the device beside).
     MemoryPlanInput in = machine_plan_input(options_.plan_tokens);
     in.device = true;
     in.unpack_quantised = options_.unpack_quantised;
     const int layers = config_.text.num_layers;
+    MemoryPlanner planner;
     for (int n = layers; n >= 0; --n) {
         in.device_layers = n;
         uint64_t need = 0;
         try {
-            need = compute_memory_plan(model_path_, head_dir_, in).device->total();
+            if (!planner) planner = memory_planner(model_path_, head_dir_);
+            need = planner(in).device->total();
         } catch (const Error&) {
             return;  // files the plan cannot read (the load will say what is wrong): all layers
         }

@@ -86,6 +86,11 @@ struct LoadOptions {
     int64_t plan_tokens = 4096;
 };
 
+// The memory a model loaded with `o` may take on device `d` (not the CPU): o.gpu_memory, else the device's
+// device-local memory less 10 %; 0 (no bound) where neither is known (a device that reports no device-local
+// heap).
+uint64_t gpu_memory_budget(const LoadOptions& o, const dev::Device& d);
+
 // A state-cache budget sized from this machine's available memory (a quarter of it, at most 8 GiB).
 uint64_t default_state_cache_bytes();
 

@@ -242,6 +242,7 @@ class CpuDevice final : public Device {
 public:
     std::string name() const override { return "cpu"; }
     bool is_cpu() const override { return true; }
+    std::string kind() const override { return "cpu"; }
     Tensor vector(std::vector<float> v) override {
         Tensor t = host_tensor(static_cast<int64_t>(v.size()), Elem::F32);
         std::copy(v.begin(), v.end(), t.f32());

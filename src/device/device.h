@@ -231,6 +231,8 @@ public:
     virtual ~Device() = default;
     virtual std::string name() const = 0;
     virtual bool is_cpu() const = 0;
+    // "cpu" or "vulkan": the backend, as --device, /v1/models and clef bench name it.
+    virtual std::string kind() const = 0;
     virtual DeviceMemory memory() const { return {}; }
     // Timing of every kernel the device runs (timestamp queries on a GPU), from time_kernels(true) on; the
     // CPU and devices without timestamps keep none. Observation only, hence const.

@@ -135,6 +135,7 @@ public:
     // col_group columns; the input is gathered into that order before the GEMM.
     std::shared_ptr<Alloc> from;
     int64_t col_group = 0;
+    std::shared_ptr<Alloc> tables;  // the i-quant grids its kernel reads (the device's one copy), else null
 };
 
 // 32-bit push constants, in the order the shader's block declares them.
@@ -256,6 +257,7 @@ public:
         : ctx_(index), pool_(std::make_shared<Pool>(ctx_, nullptr)), dummy_(ctx_.alloc(16)) {}
     std::string name() const override { return ctx_.info().name; }
     bool is_cpu() const override { return false; }
+    std::string kind() const override { return "vulkan"; }
     DeviceMemory memory() const override { return {ctx_.info().device_local_bytes(), ctx_.allocated()}; }
     Tensor vector(std::vector<float> v) override {
         auto a = ctx_.alloc(v.size() * 4);
@@ -527,7 +529,7 @@ void VkStream::linear(const Matrix& mat, Span x, int64_t m, Span y) {
                  Push().u(m).u(groups).u(w.col_group).u(x.off).u(w.in()).u(0), grid_1d(m * w.in()));
         x = gathered.span();
     }
-    const Tensor bias = bound(w.bias), tables = bound(dev_.iq_tables());
+    const Tensor bias = bound(w.bias), tables = bound(w.tables);
     for (const VkMatrix::Part& p : w.parts_) {
         const Tensor wt = bound(p.w);
         Push pc;
@@ -726,6 +728,7 @@ std::unique_ptr<Matrix> VulkanDevice::matrix(const MatrixSource& s) {
         const QuantMatrix& q = *s.quant;
         m->out_ = q.rows, m->in_ = q.cols;
         m->kernel = kernel_for(q.type);
+        if (m->kernel.starts_with("linear_iq")) m->tables = iq_tables();
         if (!m->kernel.empty() && !q.col_map.empty()) {
             m->col_group = q.col_group;
             std::vector<uint32_t> from(q.col_map.size());

@@ -328,11 +328,10 @@ void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const
         dev::Device& device = device_of(l0);
         const std::unique_ptr<dev::Stream> stream = device.stream({opt.reference, opt.precision});
         Ctx c{opt, profile, device, *stream, cfg_.rms_norm_eps, {}, {}};
-        dev::Tensor h = c.scratch(T * H);
+        dev::Tensor h = c.scratch(T * H), xn = c.scratch(T * H), mix = c.scratch(T * H);
         c.s.upload(h.span(), first ? x : carry.data());
-        run_layers(st, l0, l1, h, positions, positions_stride, T, c, trace);
+        run_layers(st, l0, l1, h, xn, mix, positions, positions_stride, T, c, trace);
         if (last) {
-            dev::Tensor xn = c.scratch(T * H);
             auto tm = c.time(&BackboneProfile::norms);
             c.rms_norm_zc(h.span(), T, H, final_norm_, xn.span());
             c.s.download(out, xn.span());
@@ -345,10 +344,12 @@ void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const
     st.position += T;
 }
 
-// Layers [l0, l1) of a chunk on one device's stream: h [T][hidden] in, the residual stream after l1 - 1 out.
-void Backbone::run_layers(BackboneState& st, int l0, int l1, dev::Tensor& h, const int32_t* positions,
-                          int64_t positions_stride, int64_t T, Ctx& c, BackboneTrace* trace) const {
-    const int64_t H = cfg_.hidden_size, n = T * H;
+// Layers [l0, l1) of a chunk on one device's stream: h [T][hidden] in, the residual stream after l1 - 1 out;
+// xn and mix [T][hidden] are its working rows.
+void Backbone::run_layers(BackboneState& st, int l0, int l1, const dev::Tensor& h, const dev::Tensor& xn,
+                          const dev::Tensor& mix, const int32_t* positions, int64_t positions_stride,
+                          int64_t T, Ctx& c, BackboneTrace* trace) const {
+    const int64_t H = cfg_.hidden_size;
     // RoPE tables for this chunk (computed on the host), shared by every attention layer of the run.
     bool attention = false;
     for (int l = l0; l < l1; ++l) attention = attention || layers_[l].type == LayerType::FullAttention;
@@ -365,7 +366,6 @@ void Backbone::run_layers(BackboneState& st, int l0, int l1, dev::Tensor& h, con
         c.s.upload(c.cos.span(), cos.data());
         c.s.upload(c.sin.span(), sin.data());
     }
-    dev::Tensor xn = c.scratch(n), mix = c.scratch(n);
     for (int l = l0; l < l1; ++l) {
         const Layer& L = layers_[l];
         const bool internals =

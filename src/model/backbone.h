@@ -233,8 +233,9 @@ private:
     void attention_mixer(const Layer& L, BackboneState::Layer& S, dev::Span xn, int64_t T, Ctx& c,
                          dev::Span out, BackboneTrace::Attention* tr) const;
     void mlp(const Layer& L, dev::Span xn, int64_t T, Ctx& c, dev::Span out) const;
-    void run_layers(BackboneState& st, int l0, int l1, dev::Tensor& h, const int32_t* positions,
-                    int64_t positions_stride, int64_t T, Ctx& c, BackboneTrace* trace) const;
+    void run_layers(BackboneState& st, int l0, int l1, const dev::Tensor& h, const dev::Tensor& xn,
+                    const dev::Tensor& mix, const int32_t* positions, int64_t positions_stride, int64_t T,
+                    Ctx& c, BackboneTrace* trace) const;
 
     // The device of layer l (the final norm is the last layer's).
     dev::Device& device_of(int l) const { return l < device_layers_ ? device_ : dev::cpu(); }

@@ -349,10 +349,14 @@ uint64_t device_matrix(const TensorSpec& s, const StoredTensor& st) {
 }  // namespace
 
 DevicePlan plan_device(const ModelConfig& model, const HeadConfig* head, const ModelSources& sources,
-                       const MemoryPlanInput& in, int64_t c) {
+                       const MemoryPlanInput& in, const WeightMemory& weights) {
     const TextConfig& t = model.text;
     DevicePlan p;
     p.layers = in.device_layers < 0 ? t.num_layers : std::min(in.device_layers, t.num_layers);
+    // The device's matrices do not stream: the short prefill chunk, unless CPU layers stream theirs.
+    WeightMemory chunking = weights;
+    if (p.layers == t.num_layers) chunking.streamed = false;
+    const int64_t c = chunk_of(chunking, in);
     const auto on_device = [&](const TensorSpec& s) {
         const int layer = s.text == TextWeight::FinalNorm ? t.num_layers - 1 : s.layer;
         return layer < p.layers;
@@ -375,15 +379,15 @@ DevicePlan plan_device(const ModelConfig& model, const HeadConfig* head, const M
             p.head += f32(n) + (split && s.matrix && s.slice > 0 ? f32(n) : 0);
         });
     // The device layers' share of the state; a chunk's buffers on the device (Backbone::forward_chunk,
-    // gdn_mixer, attention_mixer, mlp): h, xn, mix and the final norm's, the RoPE tables, every buffer of a
-    // GDN layer, of an attention layer and of the MLP (the pool keeps what it freed, by size class).
+    // gdn_mixer, attention_mixer, mlp): h, xn, mix, the RoPE tables, every buffer of a GDN layer, of an
+    // attention layer and of the MLP (the pool keeps what it freed, by size class).
     const Widths d(t);
     const int64_t N = std::max<int64_t>(in.tokens, 1), W = head ? head->width : 0;
     int full = 0, linear = 0;
     for (int l = 0; l < p.layers; ++l) (t.layer_types[l] == LayerType::FullAttention ? full : linear) += 1;
     p.state = f32(linear * d.recurrent) + kv_bytes(in, 2 * int64_t{full} * N * d.kvd);
     const uint64_t row = f32(c * d.H), gate = f32(c * (d.qrows - d.qd));
-    p.activations = pooled({row, row, row, row, f32(c * d.half_rope), f32(c * d.half_rope)});
+    p.activations = pooled({row, row, row, f32(c * d.half_rope), f32(c * d.half_rope)});
     if (linear > 0)
         p.activations += pooled({f32(c * d.cd), f32(c * d.cd), f32(c * d.vd), f32(c * d.Hv), f32(c * d.Hv),
                                  f32(c * d.kd), f32(c * d.kd), f32(c * d.vd), f32(c * d.vd)});
@@ -402,17 +406,7 @@ MemoryPlan plan_memory(const ModelConfig& model, const HeadConfig* head, const M
     p.input = in;
     p.weights = plan_weights(model, head, sources, in);
     p.decision = plan_decision(model.text, head, p.weights, in);
-    if (in.device) {
-        // The device's layers do not stream: the short chunk, unless CPU layers stream theirs.
-        const int layers = in.device_layers < 0 ? model.text.num_layers : in.device_layers;
-        const int64_t c =
-            layers >= model.text.num_layers
-                ? std::min<int64_t>(std::max<int64_t>(in.tokens, 1), in.backbone.prefill_chunk > 0
-                                                                         ? in.backbone.prefill_chunk
-                                                                         : std::max<int64_t>(in.tokens, 1))
-                : p.decision.chunk;
-        p.device = plan_device(model, head, sources, in, c);
-    }
+    if (in.device) p.device = plan_device(model, head, sources, in, p.weights);
     return p;
 }
 

@@ -130,8 +130,9 @@ WeightMemory plan_weights(const ModelConfig& model, const HeadConfig* head, cons
 // A decision's memory (head null: a backbone-only model, no head parts).
 DecisionMemory plan_decision(const TextConfig& text, const HeadConfig* head, const WeightMemory& weights,
                              const MemoryPlanInput& in);
+// weights: the host plan's (its streaming decides the prefill chunk where layers stay on the CPU).
 DevicePlan plan_device(const ModelConfig& model, const HeadConfig* head, const ModelSources& sources,
-                       const MemoryPlanInput& in, int64_t chunk);
+                       const MemoryPlanInput& in, const WeightMemory& weights);
 MemoryPlan plan_memory(const ModelConfig& model, const HeadConfig* head, const ModelSources& sources,
                        const MemoryPlanInput& in);
 

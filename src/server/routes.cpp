@@ -23,7 +23,7 @@ std::string detail_string(const std::string& message) {
 ServerMetrics::Device device_of(const Engine& e) {
     const dev::Device& d = e.device();
     const dev::DeviceMemory m = d.memory();
-    return {d.is_cpu() ? "cpu" : "vulkan", d.name(), m.total, m.used};
+    return {d.kind(), d.name(), m.total, m.used};
 }
 
 JsonValue capabilities_json(const ModelCard& m) {
