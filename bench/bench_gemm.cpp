@@ -18,6 +18,7 @@
 #include "ops/cpu.h"
 #include "ops/delta_rule.h"
 #include "ops/gemm.h"
+#include "ops/int8_gemm.h"
 #include "util/half.h"
 
 namespace {
@@ -116,6 +117,32 @@ void BM_Linear(benchmark::State& st, GemmBackend be, Precision p) {
     if (g_peak > 0)
         st.counters["peak_frac"] =
             benchmark::Counter(flops / 1e9 / g_peak, benchmark::Counter::kIsIterationInvariantRate);
+    st.SetLabel(lin.backend_name());
+}
+
+// The int8 path (ops/int8_gemm.h) on the same shapes: weights packed at load (range 3 = 0) or quantised again
+// per call (1, a streamed GGUF matrix; its fp32 rows come from memory here, not from a file's blocks).
+// "kernel_frac" = fraction of the int8 kernel's own in-cache peak (ops::int8_kernel_gops).
+void BM_Int8(benchmark::State& st, bool streamed) {
+    const int64_t m = st.range(0), k = st.range(1), n = st.range(2);
+    const auto w16 = random_bf16(static_cast<size_t>(n * k), 1);
+    std::vector<float> w(w16.size());
+    for (size_t i = 0; i < w.size(); ++i) w[i] = clef::bf16_to_f32(w16[i]);
+    const clef::ops::Int8Linear lin(
+        [&](int64_t r0, int64_t nr, float* out) { std::copy_n(w.data() + r0 * k, nr * k, out); }, n, k,
+        streamed);
+    std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) - 8.f;
+    lin.forward(x.data(), m, y.data());
+    for (auto _ : st) {
+        lin.forward(x.data(), m, y.data());
+        benchmark::DoNotOptimize(y.data());
+    }
+    static const double peak = clef::ops::int8_kernel_gops(20);
+    const double flops = 2.0 * m * n * k;
+    st.counters["GFLOPs"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+    st.counters["kernel_frac"] =
+        benchmark::Counter(flops / 1e9 / peak, benchmark::Counter::kIsIterationInvariantRate);
     st.SetLabel(lin.backend_name());
 }
 
@@ -284,6 +311,8 @@ int main(int argc, char** argv) {
         {"Simd_BF16", GemmBackend::Simd, Precision::BF16},
     };
     for (const auto& c : cases) benchmark::RegisterBenchmark(c.name, BM_Linear, c.be, c.p)->Apply(shapes);
+    benchmark::RegisterBenchmark("Int8_Packed", BM_Int8, false)->Apply(shapes);
+    benchmark::RegisterBenchmark("Int8_Streamed", BM_Int8, true)->Apply(shapes);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

@@ -9,8 +9,8 @@
 #    CLEF_MAX_ISA=avx2, to measure the AVX2 class on a bigger CPU;
 # 2. makes a 4-layer flash-shaped model (clef make-model) and converts it with `clef convert --arch qwen35` to
 #    bf16, q8_0 and q4_k_m (cached too);
-# 3. prints one table: llama-bench -p TOKENS -n 0 vs clef bench --tokens TOKENS (default precision, and bf16),
-#    tokens/s and the ratio. Not part of CI (it takes ~15 minutes the first time on 2 cores).
+# 3. prints one table: llama-bench -p TOKENS -n 0 vs clef bench --tokens TOKENS (default precision, bf16 and
+#    int8), tokens/s and the ratio. Not part of CI (it takes ~15 minutes the first time on 2 cores).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 threads=$(nproc) tokens=512 cap="" work="${HOME}/.cache/clef-vs-llama"
@@ -70,10 +70,11 @@ cpu=$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n1)
 echo "CPU: $cpu; threads $threads; $tokens prompt tokens; llama.cpp ${cap:-native}, clef ${cap:+CLEF_MAX_ISA=$cap}"
 env "${clef_env[@]}" "$clef" info --model "$model" | grep -E '^  (cpu|gemm) '
 echo
-printf '| file | llama-bench pp%s | clef exact | ratio | clef bf16 | ratio |\n|---|---|---|---|---|---|\n' "$tokens"
+printf '| file | llama-bench pp%s | clef exact | ratio | clef bf16 | ratio | clef int8 | ratio |\n' "$tokens"
+printf '|---|---|---|---|---|---|---|---|\n'
 for t in bf16 q8_0 q4_k_m; do
   f="$work/flash4-$t.gguf"
-  l=$(llama_tps "$f") e=$(clef_tps "$f" exact) b=$(clef_tps "$f" bf16)
-  printf '| %s | %s | %s | %.2f | %s | %.2f |\n' "$t" "$l" "$e" "$(echo "$e / $l" | bc -l)" "$b" \
-    "$(echo "$b / $l" | bc -l)"
+  l=$(llama_tps "$f") e=$(clef_tps "$f" exact) b=$(clef_tps "$f" bf16) i=$(clef_tps "$f" int8)
+  printf '| %s | %s | %s | %.2f | %s | %.2f | %s | %.2f |\n' "$t" "$l" "$e" "$(echo "$e / $l" | bc -l)" "$b" \
+    "$(echo "$b / $l" | bc -l)" "$i" "$(echo "$i / $l" | bc -l)"
 done

@@ -177,6 +177,9 @@ struct ParityPath {
     ops::Precision precision;
     double hidden_max, hidden_mean, logits, probs, response;
     bool kv_bf16 = false;  // the K/V cache stored as bf16 (BackboneOptions::kv_bf16)
+    // The decision must be the reference's where its two likeliest options are more than this apart (0:
+    // always); a closer pair may swap within the path's probability bound.
+    double tie_margin = 0;
 };
 
 class DecisionParity : public ::testing::TestWithParam<std::tuple<Fixture, ParityPath>> {};
@@ -231,7 +234,11 @@ TEST_P(DecisionParity, HiddenStatesLogitsProbabilitiesAndResponse) {
             std::vector<double> want_p;
             for (const auto& v : wp) want_p.push_back(v.as_double());
             const std::vector<double> got_p(d.probabilities[i].begin(), d.probabilities[i].end());
-            EXPECT_EQ(argmax(got_p), argmax(want_p)) << "question " << i << ": the decision differs";
+            std::vector<double> top = want_p;
+            std::sort(top.rbegin(), top.rend());
+            if (top.size() < 2 || top[0] - top[1] > path.tie_margin) {
+                EXPECT_EQ(argmax(got_p), argmax(want_p)) << "question " << i << ": the decision differs";
+            }
             for (size_t j = 0; j < wl.size(); ++j) {
                 max_logit = std::max(max_logit, std::fabs(d.logits[i][j] - wl[j].as_double()));
                 max_prob = std::max(max_prob, std::fabs(d.probabilities[i][j] - wp[j].as_double()));
@@ -255,17 +262,20 @@ TEST_P(DecisionParity, HiddenStatesLogitsProbabilitiesAndResponse) {
 
 INSTANTIATE_TEST_SUITE_P(
     Paths, DecisionParity,
-    ::testing::Combine(::testing::Values(kFlash, kClef27),
-                       ::testing::Values(ParityPath{"FastChunked", false, true, ops::Precision::Exact, 5e-3,
-                                                    2e-5, 2e-4, 2e-5, 1e-4 + 1e-12},
-                                         ParityPath{"FastSerial", false, false, ops::Precision::Exact, 5e-3,
-                                                    2e-5, 2e-4, 2e-5, 1e-4 + 1e-12},
-                                         ParityPath{"Reference", true, true, ops::Precision::Exact, 5e-3,
-                                                    2e-5, 2e-4, 2e-5, 1e-4 + 1e-12},
-                                         ParityPath{"FastBF16", false, true, ops::Precision::BF16, 3.0, 3e-2,
-                                                    0.15, 1e-2, 5e-2},
-                                         ParityPath{"FastKvBF16", false, true, ops::Precision::Exact, 0.2,
-                                                    5e-4, 3e-3, 3e-4, 1e-3, true})),
+    ::testing::Combine(
+        ::testing::Values(kFlash, kClef27),
+        ::testing::Values(
+            ParityPath{"FastChunked", false, true, ops::Precision::Exact, 5e-3, 2e-5, 2e-4, 2e-5,
+                       1e-4 + 1e-12},
+            ParityPath{"FastSerial", false, false, ops::Precision::Exact, 5e-3, 2e-5, 2e-4, 2e-5,
+                       1e-4 + 1e-12},
+            ParityPath{"Reference", true, true, ops::Precision::Exact, 5e-3, 2e-5, 2e-4, 2e-5, 1e-4 + 1e-12},
+            ParityPath{"FastBF16", false, true, ops::Precision::BF16, 3.0, 3e-2, 0.15, 1e-2, 5e-2},
+            ParityPath{"FastKvBF16", false, true, ops::Precision::Exact, 0.2, 5e-4, 3e-3, 3e-4, 1e-3, true},
+            // int8 activations and weights (measured worst over both fixtures:
+            // hidden 4.2 / 6.0e-2, logits 0.26, probs 4.1e-2; docs/PERFORMANCE.md)
+            ParityPath{"FastInt8", false, true, ops::Precision::Int8, 6.0, 0.1, 0.4, 6e-2, 0.1, false,
+                       0.12})),
     [](const auto& info) {
         return std::string(std::get<0>(info.param).name) + "_" + std::get<1>(info.param).name;
     });

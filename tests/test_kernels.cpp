@@ -12,6 +12,9 @@
 #include <vector>
 
 #include "ops/attention_fast.h"
+#include "ops/cpu.h"
+#include "ops/int8_gemm.h"
+#include "ops/int8_kernels.h"
 #include "ops/quant_blocks.h"
 #include "ops/quant_kernels.h"
 #include "ops/simd.h"
@@ -336,6 +339,266 @@ TEST(QuantSearch, QuantisersWriteTheSameBytesOnEveryTarget) {
                 ASSERT_EQ(got[i], want[i]) << "byte " << i << " (block " << i / tt.type_size << ")";
         });
     }
+}
+
+// ------------------------------------------------------------------ int8 (ops/int8_gemm.h)
+
+using ops::i8::kI8Block;
+using ops::i8::kI8Cols;
+using ops::i8::kI8PanelBlockBytes;
+
+// Rows with a wide dynamic range (a few outliers), zero blocks and exact ties at half a level.
+std::vector<float> int8_rows(int64_t m, int64_t k, std::mt19937& rng) {
+    std::vector<float> x = normal(static_cast<size_t>(m * k), rng, 1.f);
+    for (size_t i = 0; i < x.size(); i += 37) x[i] *= 40.f;
+    if (k >= kI8Block) std::fill(x.begin(), x.begin() + kI8Block, 0.f);
+    if (k > 96) {  // row 0's block 64..95: scale 1, two ties
+        std::fill(x.begin() + 64, x.begin() + 96, 0.25f);
+        x[65] = 127.f, x[66] = 0.5f, x[67] = -2.5f;
+    }
+    return x;
+}
+
+TEST(Int8Quantize, LevelsWithinHalfAStepAndSameBitsOnEveryTarget) {
+    std::mt19937 rng(41);
+    for (int64_t k : {1, 5, 31, 32, 33, 100, 256, 1000}) {
+        SCOPED_TRACE(k);
+        const std::vector<float> x = int8_rows(1, k, rng);
+        const int64_t nb = (k + kI8Block - 1) / kI8Block;
+        std::vector<int8_t> want(static_cast<size_t>(nb * kI8Block)), got(want.size());
+        std::vector<float> ws(static_cast<size_t>(nb)), gs(ws.size());
+        ops::i8::quantize_row_ref(x.data(), k, want.data(), ws.data());
+        for (int64_t b = 0; b < nb; ++b) {
+            float amax = 0;
+            for (int64_t t = b * kI8Block; t < std::min(k, (b + 1) * kI8Block); ++t)
+                amax = std::max(amax, std::fabs(x[t]));
+            ASSERT_EQ(ws[b], amax / 127.0f);
+            for (int64_t t = b * kI8Block; t < (b + 1) * kI8Block; ++t) {
+                const double v = t < k ? x[t] : 0.0;
+                ASSERT_LE(std::abs(want[t]), 127);
+                // Half a level, and the rounding of x * (1 / s) in fp32 (a few ulps of 127).
+                ASSERT_LE(std::fabs(v - double(ws[b]) * want[t]), double(ws[b]) * (0.5 + 1e-4)) << t;
+                if (amax > 0 && std::fabs(v) == amax) {
+                    ASSERT_EQ(std::abs(want[t]), 127);
+                }
+            }
+        }
+        if (k > 96) {
+            EXPECT_EQ(ws[2], 1.0f);
+            EXPECT_EQ(want[66], 0) << "0.5 rounds to the even level";
+            EXPECT_EQ(want[67], -2) << "-2.5 rounds to the even level";
+        }
+        on_every_target([&] {
+            ops::i8::quantize_row(x.data(), k, got.data(), gs.data());
+            EXPECT_EQ(got, want);
+            EXPECT_EQ(gs, ws);
+        });
+    }
+}
+
+// One panel of kI8Cols weight rows [ncols][k] quantised as Int8Linear packs them.
+std::vector<unsigned char> int8_panel(const std::vector<float>& w, int ncols, int64_t k) {
+    const int64_t nb = (k + kI8Block - 1) / kI8Block;
+    std::vector<unsigned char> p(static_cast<size_t>(nb * kI8PanelBlockBytes), 0);
+    std::vector<int8_t> q(static_cast<size_t>(nb * kI8Block));
+    std::vector<float> s(static_cast<size_t>(nb));
+    for (int c = 0; c < ncols; ++c) {
+        ops::i8::quantize_row_ref(w.data() + c * k, k, q.data(), s.data());
+        for (int64_t b = 0; b < nb; ++b) {
+            for (int t = 0; t < kI8Block; ++t)
+                p[b * kI8PanelBlockBytes + (t / 4) * 32 + c * 4 + t % 4] =
+                    static_cast<unsigned char>(q[b * kI8Block + t]);
+            std::memcpy(p.data() + b * kI8PanelBlockBytes + kI8Block * kI8Cols + c * 4, &s[b], 4);
+        }
+    }
+    return p;
+}
+
+TEST(Int8Panel, MatchesIntegerSumsAndSameBitsOnEveryTarget) {
+    std::mt19937 rng(43);
+    for (int64_t k : {1, 32, 33, 100, 512})
+        for (int rows = 1; rows <= ops::i8::kI8Rows; ++rows)
+            for (int ncols : {1, 5, 8}) {
+                SCOPED_TRACE(::testing::Message() << "k " << k << " rows " << rows << " cols " << ncols);
+                const int64_t nb = (k + kI8Block - 1) / kI8Block, kp = nb * kI8Block;
+                std::vector<float> w = int8_rows(kI8Cols, k, rng);
+                w[0] = -127.f * 3;  // a level of -127 next to +127 elsewhere: the widest products
+                const std::vector<unsigned char> panel = int8_panel(w, ncols, k);
+                const std::vector<float> x = int8_rows(rows, k, rng);
+                std::vector<int8_t> xq(static_cast<size_t>(rows * kp));
+                std::vector<float> xs(static_cast<size_t>(rows * nb));
+                for (int r = 0; r < rows; ++r)
+                    ops::i8::quantize_row_ref(x.data() + r * k, k, xq.data() + r * kp, xs.data() + r * nb);
+                const int64_t ldy = 11;
+                std::vector<float> want(static_cast<size_t>(rows * ldy), -1.f), got(want);
+                ops::i8::panel_block_ref(xq.data(), xs.data(), nb, panel.data(), rows, ncols, want.data(),
+                                         ldy);
+                // The reference against sums computed here: exact integer block sums, scaled in double.
+                for (int r = 0; r < rows; ++r)
+                    for (int c = 0; c < kI8Cols; ++c) {
+                        double y = 0, mag = 0;
+                        for (int64_t b = 0; b < nb; ++b) {
+                            int64_t sum = 0;
+                            for (int t = 0; t < kI8Block; ++t)
+                                sum += int64_t{xq[r * kp + b * kI8Block + t]} *
+                                       static_cast<int8_t>(
+                                           panel[b * kI8PanelBlockBytes + (t / 4) * 32 + c * 4 + t % 4]);
+                            float ws;
+                            std::memcpy(
+                                &ws, panel.data() + b * kI8PanelBlockBytes + kI8Block * kI8Cols + c * 4, 4);
+                            const double term = double(sum) * ws * xs[r * nb + b];
+                            y += term;
+                            mag += std::fabs(term);
+                        }
+                        const double got_v = c < ncols ? want[r * ldy + c] : y;
+                        // One rounding of the scale product and one of each fused add: 2 ulp of the magnitude
+                        // per block.
+                        ASSERT_LE(std::fabs(got_v - y), 2.0 * nb * mag * 0x1p-24 + 1e-30) << r << "," << c;
+                        if (c >= ncols) {
+                            ASSERT_EQ(want[r * ldy + c], -1.f) << "a column past ncols was written";
+                        }
+                    }
+                on_every_target([&] {
+                    std::fill(got.begin(), got.end(), -1.f);
+                    ops::i8::panel_block(xq.data(), xs.data(), nb, panel.data(), rows, ncols, got.data(),
+                                         ldy);
+                    ASSERT_EQ(got, want);
+                    EXPECT_EQ(ops::last_target(ops::KernelFamily::Int8), ops::simd_target());
+                });
+            }
+}
+
+// Int8Linear against the fp32 product computed in double here, within the error of the two quantisations
+// (ops/int8_gemm.h): |y - x.w| <= sum_t |x_t| e_w + (|w_t| + e_w) e_x, e = half a level of t's block, plus
+// the fp32 accumulation's rounding. Packed and streamed, the kernels and their twins, one thread and two give
+// the same bits.
+TEST(Int8Linear, WithinTheQuantisationBoundPackedStreamedAndThreaded) {
+    std::mt19937 rng(47);
+    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
+                           {3, 9, 33},
+                           {7, 70, 100},
+                           {13, 130, 256},
+                           {5, 64, 1000}}) {
+        SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k);
+        const std::vector<float> w = int8_rows(n, k, rng), x = int8_rows(m, k, rng);
+        const std::vector<float> bias = normal(static_cast<size_t>(n), rng, 1.f);
+        const ops::RowProviderF32 rows = [&](int64_t r0, int64_t nr, float* out) {
+            std::memcpy(out, w.data() + r0 * k, static_cast<size_t>(nr * k) * sizeof(float));
+        };
+        const ops::Int8Linear packed(rows, n, k, false), streamed(rows, n, k, true);
+        EXPECT_FALSE(packed.streamed());
+        EXPECT_TRUE(streamed.streamed());
+        const int64_t nb = (k + kI8Block - 1) / kI8Block;
+        EXPECT_EQ(packed.packed_bytes(), static_cast<size_t>(((n + 63) / 64) * 8 * nb * kI8PanelBlockBytes));
+        EXPECT_EQ(streamed.packed_bytes(), 0u);
+        std::vector<float> want(static_cast<size_t>(m * n)), got(want.size());
+        packed.forward(x.data(), m, want.data(), bias.data(), /*reference=*/true);
+        auto scales = [&](const std::vector<float>& v, int64_t r) {
+            std::vector<int8_t> q(static_cast<size_t>(nb * kI8Block));
+            std::vector<float> s(static_cast<size_t>(nb));
+            ops::i8::quantize_row_ref(v.data() + r * k, k, q.data(), s.data());
+            return s;
+        };
+        for (int64_t i = 0; i < m; ++i) {
+            const std::vector<float> sx = scales(x, i);
+            for (int64_t j = 0; j < n; ++j) {
+                const std::vector<float> sw = scales(w, j);
+                double y = bias[j], bound = 0, mag = 0;
+                for (int64_t t = 0; t < k; ++t) {
+                    const double xv = x[i * k + t], wv = w[j * k + t];
+                    const double ex = sx[t / kI8Block] * (0.5 + 1e-4), ew = sw[t / kI8Block] * (0.5 + 1e-4);
+                    y += xv * wv;
+                    bound += std::fabs(xv) * ew + (std::fabs(wv) + ew) * ex;
+                    mag += (std::fabs(xv) + ex) * (std::fabs(wv) + ew);
+                }
+                bound += 2.0 * nb * mag * 0x1p-24 + std::fabs(bias[j]) * 0x1p-24;
+                ASSERT_LE(std::fabs(want[i * n + j] - y), bound) << i << "," << j;
+            }
+        }
+        for (int threads : {1, 2}) {
+            ops::set_num_threads(threads);
+            on_every_target([&] {
+                for (const ops::Int8Linear* l : {&packed, &streamed}) {
+                    std::fill(got.begin(), got.end(), 0.f);
+                    l->forward(x.data(), m, got.data(), bias.data());
+                    ASSERT_EQ(got, want)
+                        << (l->streamed() ? "streamed" : "packed") << ", " << threads << " threads";
+                }
+            });
+        }
+        ops::set_num_threads(0);
+    }
+}
+
+// Level panels (4- and 5-bit unsigned levels with a scale and an offset per 32 values): the twin against
+// exact integer sums scaled in double, and every target bit for bit against the twin, at levels up to the
+// bound that the 16-bit pair sums were sized for (all 15 or all 31 against activations of +-127).
+TEST(Int8Panel, LevelPanelsMatchIntegerSumsAndSameBitsOnEveryTarget) {
+    using ops::i8::kU8PanelBlockBytes;
+    std::mt19937 rng(53);
+    for (int bits : {4, 5})
+        for (int64_t nb : {1, 3, 16})
+            for (int rows = 1; rows <= ops::i8::kI8Rows; ++rows) {
+                SCOPED_TRACE(::testing::Message()
+                             << bits << " bits, " << nb << " blocks, " << rows << " rows");
+                const int umax = (1 << bits) - 1;
+                std::uniform_int_distribution<int> level(0, umax), q(-127, 127);
+                std::vector<unsigned char> panel(static_cast<size_t>(nb * kU8PanelBlockBytes));
+                for (int64_t b = 0; b < nb; ++b) {
+                    unsigned char* pb = panel.data() + b * kU8PanelBlockBytes;
+                    for (int t = 0; t < kI8Block * kI8Cols; ++t)
+                        pb[t] = static_cast<unsigned char>(b == 0 ? umax : level(rng));
+                    const std::vector<float> d = normal(2 * kI8Cols, rng, 0.01f);
+                    std::memcpy(pb + kI8Block * kI8Cols, d.data(), d.size() * 4);
+                }
+                const int64_t kp = nb * kI8Block;
+                std::vector<int8_t> xq(static_cast<size_t>(rows * kp));
+                // Row 0's first block all +127 and row 1's all -127 against block 0's all-umax levels: the
+                // widest 16-bit pair sums.
+                for (int64_t i = 0; i < rows * kp; ++i)
+                    xq[i] = static_cast<int8_t>(i < kI8Block                   ? 127
+                                                : i >= kp && i < kp + kI8Block ? -127
+                                                                               : q(rng));
+                std::vector<float> xs = normal(static_cast<size_t>(rows * nb), rng, 0.1f);
+                std::vector<int32_t> xsum(static_cast<size_t>(rows * nb));
+                for (int r = 0; r < rows; ++r)
+                    for (int64_t b = 0; b < nb; ++b)
+                        for (int t = 0; t < kI8Block; ++t) xsum[r * nb + b] += xq[r * kp + b * kI8Block + t];
+                const int ncols = 7, ldy = 9;
+                std::vector<float> want(static_cast<size_t>(rows * ldy), -1.f), got(want);
+                ops::i8::panel_block_u_ref(xq.data(), xs.data(), xsum.data(), nb, panel.data(), rows, ncols,
+                                           want.data(), ldy, bits);
+                for (int r = 0; r < rows; ++r)
+                    for (int c = 0; c < ncols; ++c) {
+                        double y = 0, mag = 0;
+                        for (int64_t b = 0; b < nb; ++b) {
+                            const unsigned char* pb = panel.data() + b * kU8PanelBlockBytes;
+                            int64_t sum = 0;
+                            for (int t = 0; t < kI8Block; ++t)
+                                sum +=
+                                    int64_t{xq[r * kp + b * kI8Block + t]} * pb[(t / 4) * 32 + c * 4 + t % 4];
+                            float d, o;
+                            std::memcpy(&d, pb + kI8Block * kI8Cols + c * 4, 4);
+                            std::memcpy(&o, pb + kI8Block * kI8Cols + kI8Cols * 4 + c * 4, 4);
+                            const double t1 = double(sum) * d * xs[r * nb + b],
+                                         t2 = double(xsum[r * nb + b]) * o * xs[r * nb + b];
+                            y += t1 + t2;
+                            mag += std::fabs(t1) + std::fabs(t2);
+                        }
+                        ASSERT_LE(std::fabs(want[r * ldy + c] - y), 4.0 * nb * mag * 0x1p-24 + 1e-30)
+                            << r << "," << c;
+                    }
+                on_every_target([&] {
+                    std::fill(got.begin(), got.end(), -1.f);
+                    ops::i8::panel_block_u(xq.data(), xs.data(), xsum.data(), nb, panel.data(), rows, ncols,
+                                           got.data(), ldy, bits);
+                    ASSERT_EQ(got, want);
+                });
+            }
+}
+
+TEST(Int8Linear, KernelYardstickIsPositive) {
+    EXPECT_GT(ops::int8_kernel_gops(2), 0.0);
 }
 
 }  // namespace

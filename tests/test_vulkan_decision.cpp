@@ -21,9 +21,8 @@
 #include "io/gguf.h"
 #include "model/serve_plan.h"
 #include "model/vision.h"
+#include "small_model.h"
 #include "test_util.h"
-#include "tools/gguf_convert.h"
-#include "tools/make_model.h"
 #include "util/json.h"
 
 using namespace clef;
@@ -151,57 +150,8 @@ public:
 };
 const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new Env);
 
-// The small model (clef make-model --preset small: 4 layers of 256-wide rows, so the K-quant and i-quant
-// types apply), made once.
-const std::string& small_model() {
-    static const std::string dir = [] {
-        MakeModelOptions o;
-        o.preset = "small";
-        o.vision = false;
-        const std::string d = work_dir() + "/small";
-        make_model(o, d);
-        return d;
-    }();
-    return dir;
-}
-
-// An importance matrix of ones for every matrix of a GGUF file (llama.cpp's legacy format: count, then per
-// entry name, calls, values; then chunks and a dataset name): the i-quants need one to be written at all.
-std::string uniform_imatrix(const std::string& gguf) {
-    std::string b;
-    auto i32 = [&b](int32_t v) { b.append(reinterpret_cast<const char*>(&v), 4); };
-    auto str = [&](const std::string& s) {
-        i32(static_cast<int32_t>(s.size()));
-        b += s;
-    };
-    const GgufFile f = GgufFile::open(gguf);
-    int32_t n = 0;
-    for (const auto& t : f.tensors()) n += t.dims.size() == 2;
-    i32(n);
-    for (const auto& t : f.tensors()) {
-        if (t.dims.size() != 2) continue;
-        str(t.name);
-        i32(1);
-        i32(static_cast<int32_t>(t.dims[0]));
-        const std::vector<float> ones(t.dims[0], 1.f);
-        b.append(reinterpret_cast<const char*>(ones.data()), ones.size() * 4);
-    }
-    i32(1);
-    str("uniform");
-    const std::string path = gguf + ".imatrix";
-    std::ofstream(path, std::ios::binary).write(b.data(), static_cast<std::streamsize>(b.size()));
-    return path;
-}
-
-// The small model as a GGUF file of `type`, made once.
 std::string small_gguf(const std::string& type) {
-    const std::string path = work_dir() + "/small-" + type + ".gguf";
-    if (fs::exists(path)) return path;
-    ConvertOptions o;
-    EXPECT_TRUE(parse_gguf_file_type(type, o.type));
-    if (type.starts_with("iq")) o.imatrix = uniform_imatrix(small_gguf("bf16"));
-    convert_to_gguf(small_model(), path, o);
-    return path;
+    return clef::testing::small_gguf(work_dir(), type);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "model/vision.h"
 #include "ops/cpu.h"
 #include "ops/gemm.h"
+#include "ops/int8_gemm.h"
 #include "ops/simd.h"
 #include "util/error.h"
 #include "util/json.h"
@@ -87,8 +88,11 @@ DecisionRequest synthetic_request(int64_t tokens) {
 
 // The yardstick a path is measured against, in this process on 512x4096x4096 (oneDNN's own matmuls, weights
 // in the layout it prefers): exact = the larger of the fp32 matmul and a third of the bf16 one (Exact needs
-// three bf16 products); bf16 = the bf16 matmul where bf16 units exist, else the fp32 one.
+// three bf16 products); bf16 = the bf16 matmul where bf16 units exist, else the fp32 one; int8 = the int8
+// panel kernels' own peak with their operands in cache (ops::int8_kernel_gops, the faster panel kind).
 double yardstick_gflops(ops::Precision p) {
+    if (p == ops::Precision::Int8)
+        return std::max(ops::int8_kernel_gops(20, 0), ops::int8_kernel_gops(20, 4));
     const double bf16 = ops::dnnl_matmul_gflops(true, 512, 4096, 4096, 5);
     if (p == ops::Precision::BF16 && bf16 > 0) return bf16;
     const double f32 = ops::dnnl_matmul_gflops(false, 512, 4096, 4096, 5);
@@ -145,8 +149,7 @@ void run_bench(const BenchArgs& a) {
     if (a.warmup < 0) throw Error("--warmup must be >= 0");
     if (a.tokens > (int64_t{1} << 30)) throw Error("--tokens is too large");
     DecideOptions opt;
-    if (!parse_precision(a.precision, opt.backbone.precision))
-        throw Error("--precision: expected exact or bf16, got '" + a.precision + "'");
+    opt.backbone.precision = precision_option(a.precision);
     opt.backbone.reference = a.reference;
     opt.backbone.kv_bf16 = a.kv_bf16;
     if (a.chunk >= 0) opt.backbone.prefill_chunk = opt.backbone.streamed_prefill_chunk = a.chunk;
@@ -248,12 +251,9 @@ struct BenchTower {
 BenchTower load_bench_tower(const BenchArgs& a, const char* flag) {
     if (a.repeat <= 0) throw Error("--repeat must be positive");
     if (a.warmup < 0) throw Error("--warmup must be >= 0");
-    ops::Precision precision;
-    if (!parse_precision(a.precision, precision))
-        throw Error("--precision: expected exact or bf16, got '" + a.precision + "'");
-    if (precision != ops::Precision::Exact)
-        throw Error(std::string(flag) +
-                    ": the vision tower runs in exact precision only (no --precision bf16)");
+    if (precision_option(a.precision) != ops::Precision::Exact)
+        throw Error(std::string(flag) + ": the vision tower runs in exact precision only (no --precision " +
+                    a.precision + ")");
     if (a.threads > 0) ops::set_num_threads(a.threads);
     const auto tl = Clock::now();
     BenchTower b;
@@ -379,8 +379,7 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--warmup", args->warmup, "Untimed runs first")->capture_default_str();
     cmd->add_option("--threads", args->threads, "Kernel threads (0 = OMP_NUM_THREADS or the physical cores)")
         ->capture_default_str();
-    cmd->add_option("--precision", args->precision, "Projection activations: exact (fp32-accurate) or bf16")
-        ->capture_default_str();
+    add_precision_option(cmd, args->precision);
     add_kv_type_option(cmd, args->kv_bf16);
     CLI::Option* chunk = cmd->add_option("--chunk", args->chunk,
                                          "Prefill chunk length in tokens (0 = whole prompt; default 512, "

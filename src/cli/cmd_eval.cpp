@@ -21,7 +21,7 @@ namespace clef {
 namespace {
 
 struct EvalArgs {
-    std::string model, data, compare, report, calibration_out;
+    std::string model, data, compare, compare_precision, report, calibration_out;
     bool fit = false;
     int folds = 5;
     LoadArgs load;
@@ -95,14 +95,16 @@ void add_items(size_t line, const LineResult& r, const Expectations& expected, s
     }
 }
 
-eval::ModelRun run_model(const EvalArgs& a, const std::string& model, const std::vector<std::string>& lines,
-                         const std::vector<Expectations>& expected) {
-    const DecideOptions opt = a.decision.options();
+// The model's answers to every line, in `precision` (the CLI spelling).
+eval::ModelRun run_model(const EvalArgs& a, const std::string& model, const std::string& precision,
+                         const std::vector<std::string>& lines, const std::vector<Expectations>& expected) {
+    DecideOptions opt = a.decision.options();
+    opt.backbone.precision = precision_option(precision);
     std::unique_ptr<Engine> engine =
         Engine::load(model, a.load.head, a.load.options(opt.backbone.precision, default_state_cache_bytes()));
-    std::fprintf(stderr, "clef eval: %s: %zu lines\n", model.c_str(), lines.size());
+    std::fprintf(stderr, "clef eval: %s (%s): %zu lines\n", model.c_str(), precision.c_str(), lines.size());
     eval::ModelRun run;
-    run.model = model;
+    run.model = precision == "exact" ? model : model + " (" + precision + ")";
     run.wall_seconds = run_request_lines(*engine, lines, 0, opt, [&](size_t line, LineResult& r) {
         if (r.error) {
             run.errors.emplace_back(line, write_json(r.body));
@@ -125,15 +127,18 @@ void run_eval(const EvalArgs& a) {
         throw Error("--fit-temperature writes calibration.json: give --report DIR or --calibration-out FILE");
     if (a.folds < 2) throw Error("--folds must be at least 2");
     a.decision.options();  // option errors before the models load
+    if (!a.compare_precision.empty()) precision_option(a.compare_precision);
     const std::vector<std::string> lines = read_lines(a.data);
     const std::vector<Expectations> expected = read_expectations(a.data, lines);
 
-    const eval::ModelRun run = run_model(a, a.model, lines, expected);
+    const eval::ModelRun run = run_model(a, a.model, a.decision.precision, lines, expected);
     JsonValue summary = JsonValue::object();
     summary.set("data", JsonValue::string(a.data));
     summary.set("model", eval::run_json(run));
-    if (!a.compare.empty()) {
-        const eval::ModelRun other = run_model(a, a.compare, lines, expected);
+    if (!a.compare.empty() || !a.compare_precision.empty()) {
+        const eval::ModelRun other = run_model(
+            a, a.compare.empty() ? a.model : a.compare,
+            a.compare_precision.empty() ? a.decision.precision : a.compare_precision, lines, expected);
         JsonValue c = JsonValue::object();
         c.set("model", eval::run_json(other));
         c.set("agreement", eval::compare_json(run, other));
@@ -173,6 +178,10 @@ void add_eval_command(CLI::App& app) {
            "Labelled requests: one System One body per line plus \"expected\": {question id: answer}")
         ->required();
     cmd->add_option("--compare", args->compare, "A second model: agreement, |dp| and a paired accuracy test");
+    cmd->add_option(
+        "--compare-precision", args->compare_precision,
+        "The second run's --precision (exact, bf16 or int8): alone, the same model in another precision "
+        "(e.g. --compare-precision int8: what int8 costs in answers)");
     cmd->add_option("--report", args->report, "Directory for index.html (self-contained) and summary.json");
     cmd->add_flag(
         "--fit-temperature", args->fit,

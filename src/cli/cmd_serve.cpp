@@ -96,8 +96,7 @@ void run_serve(ServeArgs a, ServerOptions opt) {
     opt.limits.max_questions = static_cast<size_t>(a.max_questions);
     if (opt.queue_size < 1) throw Error("--queue must be at least 1");
     if (opt.max_tokens < 16) throw Error("--max-tokens must be at least 16");
-    if (!parse_precision(a.precision, opt.backbone.precision))
-        throw Error("--precision: expected exact or bf16, got '" + a.precision + "'");
+    opt.backbone.precision = precision_option(a.precision);
     if (!(opt.request_read_timeout_s > 0) || !(opt.io_timeout_s > 0))
         throw Error("--request-read-timeout and --io-timeout must be positive");
     opt.log_format = a.log_format == "json"                     ? LogFormat::Json
@@ -214,9 +213,7 @@ void add_serve_command(CLI::App& app) {
         ->check(CLI::IsMember({"text", "json"}));
     cmd->add_option("--threads", opt->threads, "Kernel threads (0 = OMP_NUM_THREADS or the physical cores)")
         ->capture_default_str();
-    cmd->add_option("--precision", args->precision,
-                    "Projection activations: exact (fp32-accurate) or bf16 (faster, small deviations)")
-        ->capture_default_str();
+    add_precision_option(cmd, args->precision);
     add_kv_type_option(cmd, opt->backbone.kv_bf16);
     cmd->add_flag("--reference", opt->backbone.reference, "Use the scalar reference kernels (the oracle; slow)");
     cmd->callback([args, opt] { run_serve(*args, *opt); });

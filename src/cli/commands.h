@@ -47,6 +47,10 @@ struct DecisionArgs {
 void add_decision_options(CLI::App* cmd, DecisionArgs& args);
 // --kv-type f32|bf16 on a command (decide, batch, eval, serve, bench, info): sets kv_bf16.
 void add_kv_type_option(CLI::App* cmd, bool& kv_bf16);
+// --precision (exact, bf16 or int8) into `precision`.
+void add_precision_option(CLI::App* cmd, std::string& precision);
+// The option's value as a Precision; clef::Error for anything else.
+ops::Precision precision_option(const std::string& s);
 // The --kv-type spelling of a K/V storage.
 inline const char* kv_type_name(bool kv_bf16) {
     return kv_bf16 ? "bf16" : "f32";

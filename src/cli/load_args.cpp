@@ -99,14 +99,26 @@ DecideOptions DecisionArgs::options() const {
     DecideOptions opt;
     opt.max_length = max_length;
     opt.threads = threads;
-    if (!parse_precision(precision, opt.backbone.precision))
-        throw Error("--precision: expected exact or bf16, got '" + precision + "'");
+    opt.backbone.precision = precision_option(precision);
     if (!parse_confidence_convention(confidence, opt.answers.confidence))
         throw Error("--confidence: unknown convention '" + confidence + "'");
     if (max_length <= 0) throw Error("--max-length must be positive");
     if (!calibration.empty()) load_calibration(calibration, opt.answers);
     opt.backbone.kv_bf16 = kv_bf16;
     return opt;
+}
+
+ops::Precision precision_option(const std::string& s) {
+    ops::Precision p;
+    if (!parse_precision(s, p)) throw Error("--precision: expected exact, bf16 or int8, got '" + s + "'");
+    return p;
+}
+
+void add_precision_option(CLI::App* cmd, std::string& precision) {
+    cmd->add_option("--precision", precision,
+                    "Projection activations: exact (fp32-accurate), bf16 or int8 (faster, small deviations: "
+                    "docs/PERFORMANCE.md)")
+        ->capture_default_str();
 }
 
 void add_kv_type_option(CLI::App* cmd, bool& kv_bf16) {
@@ -126,9 +138,7 @@ void add_decision_options(CLI::App* cmd, DecisionArgs& args) {
         ->capture_default_str();
     cmd->add_option("--threads", args.threads, "Kernel threads (0 = OMP_NUM_THREADS or the physical cores)")
         ->capture_default_str();
-    cmd->add_option("--precision", args.precision,
-                    "Projection activations: exact (fp32-accurate) or bf16 (faster, small deviations)")
-        ->capture_default_str();
+    add_precision_option(cmd, args.precision);
     cmd->add_option("--calibration", args.calibration,
                     "Temperatures per question type from clef eval --fit-temperature (default: none)");
     add_kv_type_option(cmd, args.kv_bf16);

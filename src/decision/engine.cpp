@@ -98,7 +98,7 @@ const WeightSource& Engine::build_parts(ModelFiles& m) const {
     backbone_ = std::make_unique<Backbone>(
         config_.text, *weights_,
         options_.unpack_quantised ? ops::Residency::Packed : ops::Residency::Streamed, device,
-        options_.gpu_layers);
+        options_.gpu_layers, options_.precision == ops::Precision::Int8);
     // The head converts its tensors to fp32 and packs them: its source is released once the head is built.
     const std::unique_ptr<WeightSource> head = std::move(m.head);
     const std::string lm_head = text_tensor(config_.text, TextWeight::LmHead).hf;

@@ -67,7 +67,9 @@ struct LoadOptions {
     // memory: ~17 GB for Clef-Flash whatever the file's type).
     bool unpack_quantised = false;
     // The precision decisions will mostly run in: it fixes the projections' weight layout for this CPU
-    // (ops::default_gemm_plan; the process's GEMM plan is set at load). Either precision still runs.
+    // (ops::default_gemm_plan; the process's GEMM plan is set at load). Exact and BF16 both still run; Int8
+    // quantises the backbone's projections (on the CPU) to int8 blocks, which then run in int8 whatever a
+    // decision asks (ops/int8_gemm.h).
     ops::Precision precision = ops::Precision::Exact;
     // The state cache's budget in bytes (0: off) and the tokens between its snapshots inside a state.
     uint64_t cache_bytes = 0;

@@ -255,11 +255,11 @@ public:
         if (s.quant) {
             const GgmlType ty = s.quant->type;
             const bool block = ty != GgmlType::F32 && ty != GgmlType::F16 && ty != GgmlType::BF16;
-            return std::make_unique<Linear>(*s.quant, path,
-                                            block ? s.quant_residency : ops::Residency::Packed, s.bias);
+            return std::make_unique<Linear>(
+                *s.quant, path, block ? s.quant_residency : ops::Residency::Packed, s.bias, s.int8);
         }
         if (!s.tensor) throw Error("device: a matrix needs a tensor or a quantised matrix");
-        return std::make_unique<Linear>(*s.tensor, path, s.bias);
+        return std::make_unique<Linear>(*s.tensor, path, s.bias, s.int8);
     }
     Tensor wrap(void* host, int64_t n, Elem e) override {
         return Tensor(std::make_unique<HostBuffer>(host, static_cast<size_t>(n) * elem_bytes(e)), n, e);

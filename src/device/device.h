@@ -89,13 +89,15 @@ public:
 enum class Paths : uint8_t { Both, Fast, Reference };
 
 // Where a matrix's weights come from: a checkpoint tensor in its dtype, or a quantised matrix of a GGUF file
-// (quant_residency: ops::Residency, how the block-quantised kinds are held); bias [out] or empty.
+// (quant_residency: ops::Residency, how the block-quantised kinds are held); bias [out] or empty. int8: the
+// fast path in int8 (Precision::Int8, ops/int8_gemm.h; the CPU device only, others ignore it).
 struct MatrixSource {
     const TensorView* tensor = nullptr;
     const QuantMatrix* quant = nullptr;
     ops::Residency quant_residency = ops::Residency::Streamed;
     std::vector<float> bias;
     Paths paths = Paths::Both;
+    bool int8 = false;
 };
 
 // How a stream computes.

@@ -5,6 +5,7 @@
 
 #include "ops/basic.h"
 #include "ops/cpu.h"
+#include "quant/levels.h"
 #include "util/error.h"
 #include "util/mmap.h"
 
@@ -25,9 +26,25 @@ Linear::Linear(Linear&&) noexcept = default;
 Linear& Linear::operator=(Linear&&) noexcept = default;
 Linear::~Linear() = default;
 
-Linear::Linear(const TensorView& t, LinearPath path, std::vector<float> bias)
+Linear::Linear(const TensorView& t, LinearPath path, std::vector<float> bias, bool int8)
     : out_(t.shape.at(0)), in_(t.numel() / std::max<int64_t>(t.shape.at(0), 1)), bias_(std::move(bias)) {
     const bool aligned16 = reinterpret_cast<uintptr_t>(t.data) % alignof(uint16_t) == 0;
+    if (int8 && wants_fast(path)) {
+        if (t.dtype == DType::BF16 && aligned16 && path == LinearPath::Both)
+            bf16_ = reinterpret_cast<const uint16_t*>(t.data);
+        else if (wants_reference(path))
+            f32_ = t.to_f32();
+        const size_t es = dtype_size(t.dtype);
+        int8_ = ops::Int8Linear(
+            [&t, es, this](int64_t r0, int64_t n, float* out) {
+                convert_to_f32(t.dtype, t.data + static_cast<size_t>(r0 * in_) * es,
+                               static_cast<size_t>(n * in_), out);
+            },
+            out_, in_, false);
+        // Quantised at load: the mapped copy need not stay resident (the reference path faults it back in).
+        drop_mapped_pages(t.data, t.nbytes);
+        return;
+    }
     if (t.dtype == DType::BF16 && aligned16 && path != LinearPath::Reference) {
         if (path == LinearPath::Both) bf16_ = reinterpret_cast<const uint16_t*>(t.data);
         if (!wants_fast(path)) return;
@@ -51,11 +68,34 @@ Linear::Linear(const TensorView& t, LinearPath path, std::vector<float> bias)
     if (!wants_reference(path)) std::vector<float>().swap(f32_);
 }
 
-Linear::Linear(const QuantMatrix& q, LinearPath path, ops::Residency residency, std::vector<float> bias)
+Linear::Linear(const QuantMatrix& q, LinearPath path, ops::Residency residency, std::vector<float> bias,
+               bool int8)
     : out_(q.rows), in_(q.cols), bias_(std::move(bias)), quant_(std::make_unique<QuantMatrix>(q)) {
     if (!wants_fast(path)) return;
     const QuantMatrix& m = *quant_;  // on the heap: the streamed layer's provider keeps pointing at it
     ops::num_threads();              // applies the global thread setting to this thread
+    if (int8) {
+        const bool streamed = residency == ops::Residency::Streamed;
+        const int bits = affine_level_bits(m.type);
+        std::vector<uint8_t> u(static_cast<size_t>(m.cols));
+        std::vector<float> d(static_cast<size_t>(m.cols / 32)), o(d.size());
+        if (bits > 0 && m.cols % 32 == 0 && matrix_row_levels(m, 0, u.data(), d.data(), o.data()))
+            int8_ = ops::Int8Linear(
+                [&m](int64_t r0, int64_t n, uint8_t* lu, float* ld, float* lo) {
+                    const int64_t nb = m.cols / 32;
+                    for (int64_t i = 0; i < n; ++i)
+                        matrix_row_levels(m, r0 + i, lu + i * m.cols, ld + i * nb, lo + i * nb);
+                },
+                bits, out_, in_, streamed);
+        else
+            int8_ = ops::Int8Linear(
+                [&m](int64_t r0, int64_t n, float* out) {
+                    for (int64_t i = 0; i < n; ++i) m.row_f32(r0 + i, out + i * m.cols);
+                },
+                out_, in_, streamed);
+        if (!int8_.streamed()) m.drop_pages();
+        return;
+    }
     packed_ = ops::PackedLinear(
         [&m](int64_t r0, int64_t n, uint16_t* out) {
 #pragma omp parallel for schedule(static)
@@ -77,7 +117,9 @@ Linear::Linear(std::vector<float> w, int64_t out, int64_t in, LinearPath path, s
 
 void Linear::forward(const float* x, int64_t m, float* y, bool reference, ops::Precision p) const {
     if (m == 0) return;
-    if ((reference || packed_.empty()))
+    if (!reference && !int8_.empty())
+        int8_.forward(x, m, y, bias_.empty() ? nullptr : bias_.data());
+    else if (reference || packed_.empty())
         reference_forward(x, m, y);
     else
         packed_.forward(x, m, y, p, bias_.empty() ? nullptr : bias_.data());

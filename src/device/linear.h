@@ -1,6 +1,9 @@
 // One linear layer y = x·Wᵀ (+ b), the one every model part uses (backbone projections, vision tower, joint
 // head). The weights come as they are stored: a checkpoint tensor in its own dtype, a quantised matrix
 // (GGUF), or fp32 values. Which paths a layer can run is fixed when it is built:
+// A layer built with int8 = true runs its fast path in int8 (ops::Int8Linear: activations and weights as int8
+// blocks, Precision::Int8) whatever precision a forward asks for, its weights quantised once at load (a float
+// tensor, or a quantised matrix held Packed) or per forward from the mapped file (Streamed).
 //   Fast       ops::PackedLinear only (packed once, used in place, or streamed from a quantised file);
 //   Reference  the scalar oracle only (ops::linear on an fp32 copy; quantised rows dequantised block by
 //   block); Both       both, for the backbone, whose callers pick per forward (its reference costs no memory:
@@ -15,6 +18,7 @@
 #include "device/device.h"
 #include "io/safetensors.h"
 #include "ops/gemm.h"
+#include "ops/int8_gemm.h"
 #include "quant/quant.h"
 
 namespace clef {
@@ -27,10 +31,11 @@ public:
     Linear() = default;
     // w [out][in] in a float dtype (BF16 / F16 packed from the mapped bytes, or used in place where the GEMM
     // backend can; other dtypes through fp32). The tensor's storage must outlive the layer.
-    Linear(const TensorView& w, LinearPath path, std::vector<float> bias = {});
+    Linear(const TensorView& w, LinearPath path, std::vector<float> bias = {}, bool int8 = false);
     // A quantised matrix: packed from rows dequantised to bf16, or (residency Streamed) dequantised again on
     // every forward from the mapped file. The matrix's owner keeps its storage alive.
-    Linear(const QuantMatrix& w, LinearPath path, ops::Residency residency, std::vector<float> bias = {});
+    Linear(const QuantMatrix& w, LinearPath path, ops::Residency residency, std::vector<float> bias = {},
+           bool int8 = false);
     // fp32 values [out][in]. keep_f32: keep them beside the packed copy (a caller reads rows through f32()).
     Linear(std::vector<float> w, int64_t out, int64_t in, LinearPath path, std::vector<float> bias = {},
            bool keep_f32 = false);
@@ -43,10 +48,11 @@ public:
     const std::vector<float>& bias() const { return bias_; }
     // The fp32 weights when kept (the reference path of an fp32 layer, or keep_f32), else nullptr.
     const float* f32() const { return f32_.empty() ? nullptr : f32_.data(); }
-    size_t packed_bytes() const { return packed_.packed_bytes(); }
+    size_t packed_bytes() const { return packed_.packed_bytes() + int8_.packed_bytes(); }
     size_t resident_bytes() const override { return packed_bytes(); }
-    bool streamed() const override { return packed_.streamed(); }
-    bool has_fast() const { return !packed_.empty(); }
+    bool streamed() const override { return packed_.streamed() || int8_.streamed(); }
+    bool has_fast() const { return !packed_.empty() || !int8_.empty(); }
+    bool int8() const { return !int8_.empty(); }
 
     // y[m][out] = x[m][in] · Wᵀ + b: the reference path when asked and built (a Reference-only layer always
     // runs it), else the fast one with activations of precision p. m == 0 is a no-op.
@@ -63,6 +69,7 @@ private:
     const uint16_t* bf16_ = nullptr;      // reference rows of a BF16 layer, in place
     std::vector<float> f32_;
     ops::PackedLinear packed_;
+    ops::Int8Linear int8_;
 };
 
 // A torch.nn.LayerNorm over rows of weight.size() values with affine weight and bias (the vision tower's and

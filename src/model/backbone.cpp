@@ -146,7 +146,7 @@ int64_t Backbone::chunk_length(const BackboneOptions& opt, int64_t T) const {
 }
 
 Backbone::Backbone(const TextConfig& cfg, const WeightSource& src, ops::Residency quant_residency,
-                   dev::Device& device, int device_layers)
+                   dev::Device& device, int device_layers, bool int8)
     : device_(device), cfg_(cfg) {
     check_config(cfg_);
     device_layers_ = device_layers < 0 ? cfg_.num_layers : std::min(device_layers, cfg_.num_layers);
@@ -156,12 +156,14 @@ Backbone::Backbone(const TextConfig& cfg, const WeightSource& src, ops::Residenc
                     " or model.)");
     layers_.resize(cfg_.num_layers);
     for (int l = 0; l < cfg_.num_layers; ++l) layers_[l].type = cfg_.layer_types[l];
-    for_each_text_tensor(cfg_, false, [&](const TensorSpec& s) { load_tensor(s, src, quant_residency); });
+    for_each_text_tensor(cfg_, false,
+                         [&](const TensorSpec& s) { load_tensor(s, src, quant_residency, int8); });
 }
 
 // One tensor of the table into its place: a projection as a Linear (a QuantMatrix the source holds, or the
 // checkpoint's own dtype), the embedding table where it lies, every other tensor as fp32.
-void Backbone::load_tensor(const TensorSpec& s, const WeightSource& src, ops::Residency quant_residency) {
+void Backbone::load_tensor(const TensorSpec& s, const WeightSource& src, ops::Residency quant_residency,
+                           bool int8) {
     const std::string name = text_name(s, prefix_);
     auto mismatch = [&](const std::vector<int64_t>& got) {
         return Error(src.description() + ": tensor " + name + ": shape " + shape_str(got) +
@@ -191,7 +193,7 @@ void Backbone::load_tensor(const TensorSpec& s, const WeightSource& src, ops::Re
     }
     dev::Device& device = device_of(s.text == TextWeight::FinalNorm ? cfg_.num_layers - 1 : s.layer);
     if (s.matrix) {
-        linears_.push_back(device.matrix({t, q, quant_residency, {}, dev::Paths::Both}));
+        linears_.push_back(device.matrix({t, q, quant_residency, {}, dev::Paths::Both, int8}));
         *s.slot.linear(layers_[s.layer]) = linears_.back().get();
         return;
     }
@@ -573,6 +575,8 @@ bool parse_precision(const std::string& s, ops::Precision& out) {
         out = ops::Precision::Exact;
     else if (s == "bf16")
         out = ops::Precision::BF16;
+    else if (s == "int8")
+        out = ops::Precision::Int8;
     else
         return false;
     return true;

@@ -38,7 +38,7 @@ struct BackboneOptions {
     bool kv_bf16 = false;
 };
 
-// "exact" / "bf16" (the CLI spelling) -> Precision; false for anything else.
+// "exact" / "bf16" / "int8" (the CLI spelling) -> Precision; false for anything else.
 bool parse_precision(const std::string& s, ops::Precision& out);
 
 // Wall-clock seconds per kind of work, accumulated over forward_chunk calls when a profile is passed.
@@ -136,10 +136,12 @@ public:
     // The layers run on `device` (device/device.h): its matrices and vectors hold the weights, and each chunk
     // is one stream of its kernels. device_layers >= 0 puts only the first device_layers layers there and the
     // others on the CPU (a device too small for the whole model): a chunk then runs on both, the hidden
-    // states going to the CPU once, between the two parts.
+    // states going to the CPU once, between the two parts. int8: the projections on the CPU run in int8
+    // (Precision::Int8: ops/int8_gemm.h) whatever a forward's precision, their weights quantised to int8
+    // blocks at load (float tensors, or quantised ones held Packed) or per chunk from the file (Streamed).
     Backbone(const TextConfig& cfg, const WeightSource& weights,
              ops::Residency quant_residency = ops::Residency::Streamed, dev::Device& device = dev::cpu(),
-             int device_layers = -1);
+             int device_layers = -1, bool int8 = false);
     ~Backbone();
     Backbone(const Backbone&) = delete;
     Backbone& operator=(const Backbone&) = delete;
@@ -225,7 +227,7 @@ private:
     struct Layer : TextLayerWeights {
         LayerType type = LayerType::LinearAttention;
     };
-    void load_tensor(const TensorSpec& s, const WeightSource& src, ops::Residency quant_residency);
+    void load_tensor(const TensorSpec& s, const WeightSource& src, ops::Residency quant_residency, bool int8);
     struct Ctx;  // per-chunk stream, scratch and options (backbone.cpp)
 
     void gdn_mixer(const Layer& L, BackboneState::Layer& S, dev::Span xn, int64_t T, Ctx& c, dev::Span out,

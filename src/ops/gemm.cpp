@@ -216,7 +216,8 @@ GemmPlan default_gemm_plan(Precision main) {
         if (v == "f32") p.exact = GemmKernel::F32;
         if (v == "bf16x3" && bf16) p.exact = GemmKernel::BF16x3;
     }
-    const bool dnnl_wins = main == Precision::Exact ? p.exact == GemmKernel::BF16x3 : bf16;
+    // Int8 models multiply their backbone in int8; the rest (the head, the vision tower) runs Exact.
+    const bool dnnl_wins = main == Precision::BF16 ? bf16 : p.exact == GemmKernel::BF16x3;
     p.bf16_weights = dnnl_wins && dnnl_f32_jit() ? GemmBackend::OneDnn : GemmBackend::Simd;
     return p;
 }
@@ -731,7 +732,7 @@ void PackedLinear::forward(const float* x, int64_t m, float* y, Precision p, con
     if (im.backend != GemmBackend::OneDnn) {
         im.forward_own(x, m, y, n, k, p);
     } else {
-        const GemmKernel kind = p == Precision::Exact ? gemm_plan().exact : gemm_plan().bf16;
+        const GemmKernel kind = p == Precision::BF16 ? gemm_plan().bf16 : gemm_plan().exact;
         if (kind == GemmKernel::F32)
             im.forward_f32(x, m, y, n, k);
         else

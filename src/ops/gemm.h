@@ -32,7 +32,9 @@
 
 namespace clef::ops {
 
-enum class Precision { Exact, BF16 };
+// Int8: activations and weights as int8 blocks (ops/int8_gemm.h), for the backbone's projections of a model
+// loaded in that precision; a PackedLinear runs it as Exact.
+enum class Precision { Exact, BF16, Int8 };
 
 enum class WeightType { F32, BF16, F16 };
 

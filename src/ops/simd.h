@@ -22,7 +22,7 @@ std::string simd_target();
 
 // The families of Highway kernels in src/ops (one per *_kernels.cpp file). Each kernel notes the target it
 // ran on, so a test can see which per-target code CLEF_MAX_ISA or ScopedSimdTarget made the dispatch pick.
-enum class KernelFamily { Gemm, Attention, Elementwise, DeltaRule, Dequant, Quant, kCount };
+enum class KernelFamily { Gemm, Attention, Elementwise, DeltaRule, Dequant, Quant, Int8, kCount };
 // Highway's name of the target the family's last kernel call ran on ("" before its first call).
 std::string last_target(KernelFamily family);
 

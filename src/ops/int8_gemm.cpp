@@ -1,0 +1,254 @@
+#include "ops/int8_gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "ops/cpu.h"
+#include "ops/int8_kernels.h"
+#include "ops/simd.h"
+#include "util/error.h"
+
+namespace clef::ops {
+
+using i8::kI8Block;
+using i8::kI8Cols;
+using i8::kI8PanelBlockBytes;
+using i8::kI8Rows;
+using i8::kU8PanelBlockBytes;
+
+namespace {
+
+constexpr int64_t kColBlock = 8 * kI8Cols;  // output columns per task: one streamed decode, 8 panels
+
+using QuantizeFn = void (*)(const float*, int64_t, int8_t*, float*);
+
+// Quantises nr fp32 rows [nr][k] into the panels they fall in (column j of panel j / kI8Cols); q and s are
+// one row's scratch. Columns without a row keep what panels held (zero-initialised by the caller).
+void pack_rows(const float* src, int64_t nr, int64_t k, int64_t nb, unsigned char* panels, int8_t* q,
+               float* s, QuantizeFn quantize) {
+    for (int64_t j = 0; j < nr; ++j) {
+        quantize(src + j * k, k, q, s);
+        unsigned char* p = panels + (j / kI8Cols) * nb * kI8PanelBlockBytes;
+        const int64_t c = j % kI8Cols;
+        for (int64_t b = 0; b < nb; ++b) {
+            unsigned char* pb = p + b * kI8PanelBlockBytes;
+            for (int st = 0; st < kI8Block / 4; ++st)
+                std::memcpy(pb + st * 32 + c * 4, q + b * kI8Block + st * 4, 4);
+            std::memcpy(pb + kI8Block * kI8Cols + c * 4, s + b, 4);
+        }
+    }
+}
+
+// The same for nr rows of levels u [nr][k] with D and O [nr][nb] (level panels).
+void pack_levels(const uint8_t* u, const float* D, const float* O, int64_t nr, int64_t nb,
+                 unsigned char* panels) {
+    const int64_t k = nb * kI8Block;
+    for (int64_t j = 0; j < nr; ++j) {
+        unsigned char* p = panels + (j / kI8Cols) * nb * kU8PanelBlockBytes;
+        const int64_t c = j % kI8Cols;
+        for (int64_t b = 0; b < nb; ++b) {
+            unsigned char* pb = p + b * kU8PanelBlockBytes;
+            for (int st = 0; st < kI8Block / 4; ++st)
+                std::memcpy(pb + st * 32 + c * 4, u + j * k + b * kI8Block + st * 4, 4);
+            std::memcpy(pb + kI8Block * kI8Cols + c * 4, D + j * nb + b, 4);
+            std::memcpy(pb + kI8Block * kI8Cols + kI8Cols * 4 + c * 4, O + j * nb + b, 4);
+        }
+    }
+}
+
+}  // namespace
+
+struct Int8Linear::Impl {
+    int64_t nb = 0, kp = 0;
+    int bits = 0;                       // level panels of this many bits, else 0 (signed panels)
+    RowProviderF32 rows;                // streamed signed panels
+    LevelProvider levels;               // streamed level panels
+    std::vector<unsigned char> packed;  // all panels, column block after column block (packed only)
+
+    int64_t block_bytes() const { return bits ? kU8PanelBlockBytes : kI8PanelBlockBytes; }
+    int64_t panel_bytes() const { return nb * block_bytes(); }
+    bool streamed() const { return rows || levels; }
+    // One thread's scratch for one column block.
+    struct Scratch {
+        std::vector<float> f32, d, o;
+        std::vector<uint8_t> u;
+        std::vector<unsigned char> panels;
+        std::vector<int8_t> q;
+        std::vector<float> s;
+    };
+    // Columns [c0, c0 + nc) (nc <= kColBlock) into `panels` (kColBlock / kI8Cols panels, zeroed here) from
+    // the provider in use.
+    void decode(const RowProviderF32& rp, const LevelProvider& lp, int64_t c0, int64_t nc, int64_t k,
+                Scratch& sc, unsigned char* panels, QuantizeFn quantize) const {
+        std::fill_n(panels, (kColBlock / kI8Cols) * panel_bytes(), 0);
+        if (bits) {
+            sc.u.resize(static_cast<size_t>(kColBlock * k));
+            sc.d.resize(static_cast<size_t>(kColBlock * nb));
+            sc.o.resize(sc.d.size());
+            lp(c0, nc, sc.u.data(), sc.d.data(), sc.o.data());
+            pack_levels(sc.u.data(), sc.d.data(), sc.o.data(), nc, nb, panels);
+            return;
+        }
+        sc.f32.resize(static_cast<size_t>(kColBlock * k));
+        sc.q.resize(static_cast<size_t>(kp));
+        sc.s.resize(static_cast<size_t>(nb));
+        rp(c0, nc, sc.f32.data());
+        pack_rows(sc.f32.data(), nc, k, nb, panels, sc.q.data(), sc.s.data(), quantize);
+    }
+    // Packs every column block once (a packed layer).
+    void pack_all(const RowProviderF32& rp, const LevelProvider& lp, int64_t n, int64_t k) {
+        const int64_t nblocks = (n + kColBlock - 1) / kColBlock;
+        packed.assign(static_cast<size_t>(nblocks * (kColBlock / kI8Cols) * panel_bytes()), 0);
+        Scratch sc;
+        for (int64_t c0 = 0; c0 < n; c0 += kColBlock)
+            decode(rp, lp, c0, std::min(kColBlock, n - c0), k, sc,
+                   packed.data() + (c0 / kI8Cols) * panel_bytes(), i8::quantize_row);
+    }
+};
+
+Int8Linear::Int8Linear() = default;
+Int8Linear::Int8Linear(Int8Linear&&) noexcept = default;
+Int8Linear& Int8Linear::operator=(Int8Linear&&) noexcept = default;
+Int8Linear::~Int8Linear() = default;
+
+Int8Linear::Int8Linear(const RowProviderF32& rows, int64_t n, int64_t k, bool streamed)
+    : n_(n), k_(k), impl_(std::make_unique<Impl>()) {
+    if (n <= 0 || k <= 0) throw Error("int8 linear: empty weight matrix");
+    Impl& p = *impl_;
+    p.nb = (k + kI8Block - 1) / kI8Block;
+    p.kp = p.nb * kI8Block;
+    if (streamed)
+        p.rows = rows;
+    else
+        p.pack_all(rows, {}, n, k);
+}
+
+Int8Linear::Int8Linear(const LevelProvider& levels, int bits, int64_t n, int64_t k, bool streamed)
+    : n_(n), k_(k), impl_(std::make_unique<Impl>()) {
+    if (n <= 0 || k <= 0) throw Error("int8 linear: empty weight matrix");
+    if (k % kI8Block != 0) throw Error("int8 linear: levels need whole 32-value blocks");
+    if (bits != 4 && bits != 5) throw Error("int8 linear: levels of 4 or 5 bits");
+    Impl& p = *impl_;
+    p.nb = k / kI8Block;
+    p.kp = k;
+    p.bits = bits;
+    if (streamed)
+        p.levels = levels;
+    else
+        p.pack_all({}, levels, n, k);
+}
+
+bool Int8Linear::streamed() const {
+    return impl_ && impl_->streamed();
+}
+
+size_t Int8Linear::packed_bytes() const {
+    return impl_ ? impl_->packed.size() : 0;
+}
+
+std::string Int8Linear::backend_name() const {
+    return std::string(impl_ && impl_->bits ? "int8-levels(" : "int8(") + simd_target() + ")";
+}
+
+void Int8Linear::forward(const float* x, int64_t m, float* y, const float* bias, bool reference) const {
+    if (m <= 0) return;
+    if (!impl_) throw Error("int8 linear: empty layer");
+    const Impl& p = *impl_;
+    const int64_t n = n_, k = k_, nb = p.nb, kp = p.kp;
+    const QuantizeFn quantize = reference ? i8::quantize_row_ref : i8::quantize_row;
+    num_threads();  // applies the global thread setting to this thread
+    std::vector<int8_t> xq(static_cast<size_t>(m * kp));
+    std::vector<float> xs(static_cast<size_t>(m * nb));
+    std::vector<int32_t> xsum(p.bits ? static_cast<size_t>(m * nb) : 0);
+#pragma omp parallel for schedule(static) if (m * k > (1 << 15))
+    for (int64_t i = 0; i < m; ++i) {
+        quantize(x + i * k, k, xq.data() + i * kp, xs.data() + i * nb);
+        for (int64_t b = 0; b < (p.bits ? nb : 0); ++b) {
+            int32_t s = 0;
+            for (int t = 0; t < kI8Block; ++t) s += xq[i * kp + b * kI8Block + t];
+            xsum[i * nb + b] = s;
+        }
+    }
+    const int64_t nblocks = (n + kColBlock - 1) / kColBlock;
+#pragma omp parallel if (m * n * k > (1 << 18))
+    {
+        Impl::Scratch sc;
+        std::vector<unsigned char> own;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t cb = 0; cb < nblocks; ++cb) {
+            const int64_t c0 = cb * kColBlock, nc = std::min(kColBlock, n - c0);
+            const unsigned char* panels = p.packed.data() + (c0 / kI8Cols) * p.panel_bytes();
+            if (p.streamed()) {
+                own.resize(static_cast<size_t>((kColBlock / kI8Cols) * p.panel_bytes()));
+                p.decode(p.rows, p.levels, c0, nc, k, sc, own.data(), quantize);
+                panels = own.data();
+            }
+            for (int64_t i0 = 0; i0 < m; i0 += kI8Rows) {
+                const int rows = static_cast<int>(std::min<int64_t>(kI8Rows, m - i0));
+                for (int64_t j = 0; j < nc; j += kI8Cols) {
+                    const unsigned char* panel = panels + (j / kI8Cols) * p.panel_bytes();
+                    const int cols = static_cast<int>(std::min<int64_t>(kI8Cols, nc - j));
+                    float* yo = y + i0 * n + c0 + j;
+                    if (p.bits)
+                        (reference ? i8::panel_block_u_ref : i8::panel_block_u)(
+                            xq.data() + i0 * kp, xs.data() + i0 * nb, xsum.data() + i0 * nb, nb, panel, rows,
+                            cols, yo, n, p.bits);
+                    else
+                        (reference ? i8::panel_block_ref : i8::panel_block)(
+                            xq.data() + i0 * kp, xs.data() + i0 * nb, nb, panel, rows, cols, yo, n);
+                }
+            }
+        }
+    }
+    if (!bias) return;
+#pragma omp parallel for schedule(static) if (m * n > (1 << 15))
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) y[i * n + j] += bias[j];
+}
+
+double int8_kernel_gops(int iters, int bits) {
+    constexpr int64_t m = 64, k = 1024, n = 64, nb = k / kI8Block, reps = 16;  // ~2 ms per timed run
+    const int threads = num_threads();
+    double best = 0;
+    std::vector<double> secs(static_cast<size_t>(threads), 0);
+#pragma omp parallel num_threads(threads)
+    {
+        std::vector<int8_t> xq(static_cast<size_t>(m * k), 3);
+        std::vector<float> xs(static_cast<size_t>(m * nb), 0.5f);
+        const int64_t bb = bits ? kU8PanelBlockBytes : kI8PanelBlockBytes;
+        std::vector<unsigned char> panels(static_cast<size_t>((n / kI8Cols) * nb * bb), 5);
+        std::vector<int32_t> xsum(static_cast<size_t>(m * nb), 96);
+        std::vector<float> y(static_cast<size_t>(m * n));
+        for (int it = 0; it <= iters; ++it) {
+#pragma omp barrier
+            const double t0 = omp_get_wtime();
+            for (int64_t rep = 0; rep < reps; ++rep)
+                for (int64_t i0 = 0; i0 < m; i0 += kI8Rows)
+                    for (int64_t j = 0; j < n; j += kI8Cols)
+                        if (bits)
+                            i8::panel_block_u(xq.data() + i0 * k, xs.data() + i0 * nb, xsum.data() + i0 * nb,
+                                              nb, panels.data() + (j / kI8Cols) * nb * bb, kI8Rows, kI8Cols,
+                                              y.data() + i0 * n + j, n, bits);
+                        else
+                            i8::panel_block(xq.data() + i0 * k, xs.data() + i0 * nb, nb,
+                                            panels.data() + (j / kI8Cols) * nb * bb, kI8Rows, kI8Cols,
+                                            y.data() + i0 * n + j, n);
+            const double dt = omp_get_wtime() - t0;
+#pragma omp barrier
+#pragma omp single
+            std::fill(secs.begin(), secs.end(), 0.0);
+            secs[static_cast<size_t>(omp_get_thread_num())] = dt;
+#pragma omp barrier
+#pragma omp single
+            if (it > 0)
+                best = std::max(best, threads * 2.0 * reps * m * k * n /
+                                          *std::max_element(secs.begin(), secs.end()) / 1e9);
+        }
+    }
+    return best;
+}
+
+}  // namespace clef::ops

@@ -1,0 +1,272 @@
+// The int8 GEMM's kernels (ops/int8_kernels.h), compiled once per Highway target (foreach_target.h
+// re-includes this file) and dispatched at run time, and their plain-C++ twins (the reference every target is
+// tested against bit for bit: tests/test_int8.cpp).
+//
+// panel_block on x86 targets with AVX2 (AVX2 and the AVX-512 ones): per step, one 32-byte load holds four k
+// of eight columns; each row's four activation levels are broadcast, take the weights' signs (vpsignb) so
+// that vpmaddubsw multiplies |w| (unsigned) by them without saturating (2 * 128 * 127 < 2^15), and vpmaddwd
+// sums the pairs into eight int32 column sums. At the end of a block the sums become fp32 and are added with
+// one FMA by the product of the two scales, as the twin does. Other targets run the twin.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/int8_kernels.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "ops/int8_kernels.h"
+#include "ops/simd.h"
+#include "util/error.h"
+
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace clef::ops::i8 {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// At most 16 lanes of fp32: a block (32 values) is a whole number of vectors on every target.
+using DF = hn::CappedTag<float, 16>;
+
+void QuantizeRow(const float* x, int64_t k, int8_t* q, float* s) {
+    note_target(KernelFamily::Int8, HWY_TARGET);
+    const DF df;
+    const hn::RebindToSigned<DF> di;
+    const hn::Rebind<int8_t, DF> d8;
+    const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+    const int64_t full = k / kI8Block;
+    for (int64_t b = 0; b < full; ++b) {
+        const float* xb = x + b * kI8Block;
+        auto m = hn::Zero(df);
+        for (int64_t t = 0; t < kI8Block; t += N) m = hn::Max(m, hn::Abs(hn::LoadU(df, xb + t)));
+        const float amax = hn::GetLane(hn::MaxOfLanes(df, m));
+        const float sc = amax / 127.0f;
+        const auto inv = hn::Set(df, sc > 0 ? 1.0f / sc : 0.0f);
+        const auto lo = hn::Set(di, -127), hi = hn::Set(di, 127);
+        for (int64_t t = 0; t < kI8Block; t += N) {
+            const auto v = hn::Min(hn::Max(hn::NearestInt(hn::Mul(hn::LoadU(df, xb + t), inv)), lo), hi);
+            hn::StoreU(hn::DemoteTo(d8, v), d8, q + b * kI8Block + t);
+        }
+        s[b] = sc;
+    }
+    if (full * kI8Block < k)
+        quantize_row_ref(x + full * kI8Block, k - full * kI8Block, q + full * kI8Block, s + full);
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+template <int R>
+HWY_INLINE void panel_rows_avx2(const int8_t* xq, const float* xs, int64_t nb, const unsigned char* panel,
+                                int ncols, float* y, int64_t ldy) {
+    const int64_t kp = nb * kI8Block;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const unsigned char* pb = panel + b * kI8PanelBlockBytes;
+        __m256i sum[R];
+        for (int r = 0; r < R; ++r) sum[r] = _mm256_setzero_si256();
+        for (int st = 0; st < kI8Block / 4; ++st) {
+            const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + st * 32));
+            const __m256i aw = _mm256_abs_epi8(w);
+            for (int r = 0; r < R; ++r) {
+                int32_t four;
+                std::memcpy(&four, xq + r * kp + b * kI8Block + st * 4, 4);
+                const __m256i xv = _mm256_sign_epi8(_mm256_set1_epi32(four), w);
+                sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv), ones));
+            }
+        }
+        const __m256 ws = _mm256_loadu_ps(reinterpret_cast<const float*>(pb + kI8Block * kI8Cols));
+        for (int r = 0; r < R; ++r) {
+            const __m256 scale = _mm256_mul_ps(ws, _mm256_set1_ps(xs[r * nb + b]));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), scale, acc[r]);
+        }
+    }
+    alignas(32) float tmp[kI8Cols];
+    for (int r = 0; r < R; ++r) {
+        _mm256_store_ps(tmp, acc[r]);
+        std::memcpy(y + r * ldy, tmp, static_cast<size_t>(ncols) * sizeof(float));
+    }
+}
+#endif
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// kSteps steps of 16-bit pair sums per widening: kSteps * 2 * (2^bits - 1) * 127 < 2^15.
+template <int R, int kSteps>
+HWY_INLINE void level_rows_avx2(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
+                                const unsigned char* panel, int ncols, float* y, int64_t ldy) {
+    const int64_t kp = nb * kI8Block;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const unsigned char* pb = panel + b * kU8PanelBlockBytes;
+        __m256i sum[R];
+        for (int r = 0; r < R; ++r) sum[r] = _mm256_setzero_si256();
+        for (int s0 = 0; s0 < kI8Block / 4; s0 += kSteps) {
+            __m256i p16[R];
+            for (int r = 0; r < R; ++r) p16[r] = _mm256_setzero_si256();
+            for (int st = s0; st < s0 + kSteps; ++st) {
+                const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + st * 32));
+                for (int r = 0; r < R; ++r) {
+                    int32_t four;
+                    std::memcpy(&four, xq + r * kp + b * kI8Block + st * 4, 4);
+                    p16[r] = _mm256_add_epi16(p16[r], _mm256_maddubs_epi16(w, _mm256_set1_epi32(four)));
+                }
+            }
+            for (int r = 0; r < R; ++r) sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(p16[r], ones));
+        }
+        const __m256 dv = _mm256_loadu_ps(reinterpret_cast<const float*>(pb + kI8Block * kI8Cols));
+        const __m256 ov =
+            _mm256_loadu_ps(reinterpret_cast<const float*>(pb + kI8Block * kI8Cols + kI8Cols * 4));
+        for (int r = 0; r < R; ++r) {
+            const __m256 sx = _mm256_set1_ps(xs[r * nb + b]);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), _mm256_mul_ps(dv, sx), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(static_cast<float>(xsum[r * nb + b])),
+                                     _mm256_mul_ps(ov, sx), acc[r]);
+        }
+    }
+    alignas(32) float tmp[kI8Cols];
+    for (int r = 0; r < R; ++r) {
+        _mm256_store_ps(tmp, acc[r]);
+        std::memcpy(y + r * ldy, tmp, static_cast<size_t>(ncols) * sizeof(float));
+    }
+}
+
+template <int kSteps>
+HWY_INLINE void level_block_avx2(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
+                                 const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy) {
+    switch (rows) {
+        case 4:
+            return level_rows_avx2<4, kSteps>(xq, xs, xsum, nb, panel, ncols, y, ldy);
+        case 3:
+            return level_rows_avx2<3, kSteps>(xq, xs, xsum, nb, panel, ncols, y, ldy);
+        case 2:
+            return level_rows_avx2<2, kSteps>(xq, xs, xsum, nb, panel, ncols, y, ldy);
+        default:
+            return level_rows_avx2<1, kSteps>(xq, xs, xsum, nb, panel, ncols, y, ldy);
+    }
+}
+#endif
+
+void PanelBlockU(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
+                 const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy, int bits) {
+    note_target(KernelFamily::Int8, HWY_TARGET);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+    if (bits == 4) return level_block_avx2<8>(xq, xs, xsum, nb, panel, rows, ncols, y, ldy);
+    return level_block_avx2<4>(xq, xs, xsum, nb, panel, rows, ncols, y, ldy);
+#else
+    panel_block_u_ref(xq, xs, xsum, nb, panel, rows, ncols, y, ldy, bits);
+#endif
+}
+
+void PanelBlock(const int8_t* xq, const float* xs, int64_t nb, const unsigned char* panel, int rows,
+                int ncols, float* y, int64_t ldy) {
+    note_target(KernelFamily::Int8, HWY_TARGET);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+    switch (rows) {
+        case 4:
+            return panel_rows_avx2<4>(xq, xs, nb, panel, ncols, y, ldy);
+        case 3:
+            return panel_rows_avx2<3>(xq, xs, nb, panel, ncols, y, ldy);
+        case 2:
+            return panel_rows_avx2<2>(xq, xs, nb, panel, ncols, y, ldy);
+        default:
+            return panel_rows_avx2<1>(xq, xs, nb, panel, ncols, y, ldy);
+    }
+#else
+    panel_block_ref(xq, xs, nb, panel, rows, ncols, y, ldy);
+#endif
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace clef::ops::i8
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace clef::ops::i8 {
+
+HWY_EXPORT(QuantizeRow);
+HWY_EXPORT(PanelBlock);
+HWY_EXPORT(PanelBlockU);
+
+void quantize_row(const float* x, int64_t k, int8_t* q, float* s) {
+    HWY_DYNAMIC_DISPATCH(QuantizeRow)(x, k, q, s);
+}
+
+void panel_block(const int8_t* xq, const float* xs, int64_t nb, const unsigned char* panel, int rows,
+                 int ncols, float* y, int64_t ldy) {
+    HWY_DYNAMIC_DISPATCH(PanelBlock)(xq, xs, nb, panel, rows, ncols, y, ldy);
+}
+
+void panel_block_u(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
+                   const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy, int bits) {
+    HWY_DYNAMIC_DISPATCH(PanelBlockU)(xq, xs, xsum, nb, panel, rows, ncols, y, ldy, bits);
+}
+
+void panel_block_u_ref(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
+                       const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy, int bits) {
+    if (bits != 4 && bits != 5) throw Error("int8: level panels hold 4- or 5-bit levels");
+    const int64_t kp = nb * kI8Block;
+    for (int r = 0; r < rows; ++r) {
+        float acc[kI8Cols] = {};
+        for (int64_t b = 0; b < nb; ++b) {
+            const unsigned char* pb = panel + b * kU8PanelBlockBytes;
+            const int8_t* x = xq + r * kp + b * kI8Block;
+            for (int c = 0; c < kI8Cols; ++c) {
+                int32_t sum = 0;
+                for (int t = 0; t < kI8Block; ++t) sum += int32_t{x[t]} * pb[(t / 4) * 32 + c * 4 + t % 4];
+                float d, o;
+                std::memcpy(&d, pb + kI8Block * kI8Cols + c * 4, 4);
+                std::memcpy(&o, pb + kI8Block * kI8Cols + kI8Cols * 4 + c * 4, 4);
+                const float sx = xs[r * nb + b];
+                acc[c] = std::fma(static_cast<float>(sum), d * sx, acc[c]);
+                acc[c] = std::fma(static_cast<float>(xsum[r * nb + b]), o * sx, acc[c]);
+            }
+        }
+        for (int c = 0; c < ncols; ++c) y[r * ldy + c] = acc[c];
+    }
+}
+
+void quantize_row_ref(const float* x, int64_t k, int8_t* q, float* s) {
+    for (int64_t b = 0; b * kI8Block < k; ++b) {
+        const int64_t n = std::min<int64_t>(kI8Block, k - b * kI8Block);
+        const float* xb = x + b * kI8Block;
+        float amax = 0;
+        for (int64_t t = 0; t < n; ++t) amax = std::max(amax, std::fabs(xb[t]));
+        const float sc = amax / 127.0f;
+        const float inv = sc > 0 ? 1.0f / sc : 0.0f;
+        for (int64_t t = 0; t < kI8Block; ++t) {
+            const float v = t < n ? std::nearbyint(xb[t] * inv) : 0.0f;
+            q[b * kI8Block + t] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+        }
+        s[b] = sc;
+    }
+}
+
+void panel_block_ref(const int8_t* xq, const float* xs, int64_t nb, const unsigned char* panel, int rows,
+                     int ncols, float* y, int64_t ldy) {
+    const int64_t kp = nb * kI8Block;
+    for (int r = 0; r < rows; ++r) {
+        float acc[kI8Cols] = {};
+        for (int64_t b = 0; b < nb; ++b) {
+            const unsigned char* pb = panel + b * kI8PanelBlockBytes;
+            const int8_t* w = reinterpret_cast<const int8_t*>(pb);
+            const int8_t* x = xq + r * kp + b * kI8Block;
+            for (int c = 0; c < kI8Cols; ++c) {
+                int32_t sum = 0;
+                for (int t = 0; t < kI8Block; ++t) sum += int32_t{x[t]} * w[(t / 4) * 32 + c * 4 + t % 4];
+                float ws;
+                std::memcpy(&ws, pb + kI8Block * kI8Cols + c * 4, 4);
+                acc[c] = std::fma(static_cast<float>(sum), ws * xs[r * nb + b], acc[c]);
+            }
+        }
+        for (int c = 0; c < ncols; ++c) y[r * ldy + c] = acc[c];
+    }
+}
+
+}  // namespace clef::ops::i8
+#endif  // HWY_ONCE

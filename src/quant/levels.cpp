@@ -1,0 +1,125 @@
+#include "quant/levels.h"
+
+#include <cstring>
+#include <vector>
+
+#include "ops/quant_blocks.h"
+#include "util/error.h"
+#include "util/half.h"
+
+namespace clef {
+
+namespace {
+
+using ops::kQK;
+using ops::kQKK;
+
+// Q4_0 / Q4_1 / Q5_0 / Q5_1: element j in the low nibble of qs[j], j + 16 in the high one; Q5's fifth bits
+// in qh (bit j for element j).
+template <class Block, bool kFifth>
+void small_blocks(const Block* b, int64_t nb, uint8_t* u, float* D, float* O, float offset_levels) {
+    for (int64_t i = 0; i < nb; ++i, u += kQK) {
+        uint32_t qh = 0;
+        if constexpr (kFifth) std::memcpy(&qh, b[i].qh, 4);
+        for (int j = 0; j < 16; ++j) {
+            u[j] = static_cast<uint8_t>((b[i].qs[j] & 0xF) | (kFifth ? ((qh >> j) & 1) << 4 : 0));
+            u[j + 16] = static_cast<uint8_t>((b[i].qs[j] >> 4) | (kFifth ? ((qh >> (j + 16)) & 1) << 4 : 0));
+        }
+        D[i] = f16_to_f32(b[i].d);
+        if constexpr (requires { b[i].m; })
+            O[i] = f16_to_f32(b[i].m);
+        else
+            O[i] = -offset_levels * D[i];
+    }
+}
+
+// Q4_K / Q5_K: 64-value groups, low nibbles (sub-block 2g) then high nibbles (2g + 1); Q5_K's fifth bits in
+// qh (bits 2g and 2g + 1 of qh[l]).
+template <class Block, bool kFifth>
+void k_blocks(const Block* b, int64_t nb, uint8_t* u, float* D, float* O) {
+    for (int64_t i = 0; i < nb; ++i) {
+        const float d = f16_to_f32(b[i].d), dmin = f16_to_f32(b[i].dmin);
+        for (int g = 0; g < 4; ++g, u += 64, D += 2, O += 2) {
+            for (int h = 0; h < 2; ++h) {
+                int sc, m;
+                ops::scale_min_k4(2 * g + h, b[i].scales, sc, m);
+                D[h] = d * static_cast<float>(sc);
+                O[h] = -(dmin * static_cast<float>(m));
+            }
+            for (int l = 0; l < 32; ++l) {
+                const uint8_t q = b[i].qs[32 * g + l];
+                int lo = q & 0xF, hi = q >> 4;
+                if constexpr (kFifth) {
+                    lo |= ((b[i].qh[l] >> (2 * g)) & 1) << 4;
+                    hi |= ((b[i].qh[l] >> (2 * g + 1)) & 1) << 4;
+                }
+                u[l] = static_cast<uint8_t>(lo);
+                u[32 + l] = static_cast<uint8_t>(hi);
+            }
+        }
+    }
+}
+
+}  // namespace
+
+int affine_level_bits(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q4_0:
+        case GgmlType::Q4_1:
+        case GgmlType::Q4_K:
+            return 4;
+        case GgmlType::Q5_0:
+        case GgmlType::Q5_1:
+        case GgmlType::Q5_K:
+            return 5;
+        default:
+            return 0;
+    }
+}
+
+void row_levels(GgmlType t, const void* p, int64_t n, uint8_t* u, float* D, float* O) {
+    switch (t) {
+        case GgmlType::Q4_0:
+            return small_blocks<ops::BlockQ4_0, false>(static_cast<const ops::BlockQ4_0*>(p), n / kQK, u, D,
+                                                       O, 8);
+        case GgmlType::Q4_1:
+            return small_blocks<ops::BlockQ4_1, false>(static_cast<const ops::BlockQ4_1*>(p), n / kQK, u, D,
+                                                       O, 0);
+        case GgmlType::Q5_0:
+            return small_blocks<ops::BlockQ5_0, true>(static_cast<const ops::BlockQ5_0*>(p), n / kQK, u, D, O,
+                                                      16);
+        case GgmlType::Q5_1:
+            return small_blocks<ops::BlockQ5_1, true>(static_cast<const ops::BlockQ5_1*>(p), n / kQK, u, D, O,
+                                                      0);
+        case GgmlType::Q4_K:
+            return k_blocks<ops::BlockQ4_K, false>(static_cast<const ops::BlockQ4_K*>(p), n / kQKK, u, D, O);
+        case GgmlType::Q5_K:
+            return k_blocks<ops::BlockQ5_K, true>(static_cast<const ops::BlockQ5_K*>(p), n / kQKK, u, D, O);
+        default:
+            throw Error("levels: the type has no affine 32-value blocks");
+    }
+}
+
+bool matrix_row_levels(const QuantMatrix& m, int64_t r, uint8_t* u, float* D, float* O) {
+    if (affine_level_bits(m.type) == 0 || (!m.col_map.empty() && m.col_group % kQK != 0)) return false;
+    if (r < 0 || r >= m.rows) throw Error("levels: row " + std::to_string(r) + " is outside the matrix");
+    const unsigned char* src =
+        m.data + static_cast<uint64_t>(m.row_map.empty() ? r : m.row_map[r]) * m.row_bytes();
+    if (m.col_map.empty()) {
+        row_levels(m.type, src, m.cols, u, D, O);
+        return true;
+    }
+    std::vector<uint8_t> tu(static_cast<size_t>(m.cols));
+    std::vector<float> td(static_cast<size_t>(m.cols / kQK)), to(td.size());
+    row_levels(m.type, src, m.cols, tu.data(), td.data(), to.data());
+    const int64_t gb = m.col_group / kQK;  // blocks per column group
+    for (size_t g = 0; g < m.col_map.size(); ++g) {
+        const int64_t from = m.col_map[g];
+        std::memcpy(u + g * m.col_group, tu.data() + from * m.col_group, static_cast<size_t>(m.col_group));
+        std::memcpy(D + g * gb, td.data() + from * gb, static_cast<size_t>(gb) * sizeof(float));
+        std::memcpy(O + g * gb, to.data() + from * gb, static_cast<size_t>(gb) * sizeof(float));
+    }
+    return true;
+}
+
+}  // namespace clef

@@ -1,0 +1,23 @@
+// The affine 32-value blocks of Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q5_K as unsigned integer levels: value =
+// D * u + O with u in [0, 2^bits) and one (D, O) per 32 values, exactly the file's numbers (D = d or d * sc,
+// O = -8d, -16d, m or -dmin * m). ops::Int8Linear multiplies these levels in integer arithmetic
+// (Precision::Int8) without requantising them.
+#pragma once
+
+#include <cstdint>
+
+#include "quant/quant.h"
+
+namespace clef {
+
+// 4 or 5 for the types above, else 0.
+int affine_level_bits(GgmlType t);
+
+// The n values (a multiple of the type's block) of row data p as levels u[n] and per-32 (D, O)[n / 32].
+void row_levels(GgmlType t, const void* p, int64_t n, uint8_t* u, float* D, float* O);
+
+// Logical row r of m (maps applied) as levels; false when m's type has none or its column groups do not keep
+// 32-value blocks whole (then nothing is written).
+bool matrix_row_levels(const QuantMatrix& m, int64_t r, uint8_t* u, float* D, float* O);
+
+}  // namespace clef
