@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "decision/engine.h"
 #include "model/config.h"
 #include "model/memory_plan.h"
 #include "test_util.h"
@@ -171,6 +172,21 @@ TEST(MemoryPlan, WeightsOnTinyClef) {
     // 5 bytes per byte of tokenizer.json; the runtime's 16 MiB.
     EXPECT_EQ(w.tokenizer, 5u * read_file(data_path("tiny-clef/tokenizer.json")).size());
     EXPECT_EQ(w.runtime, 16u << 20);
+}
+
+// --precision int8 (ops/int8_gemm.h): the backbone's BF16 matrices become int8 panels of 64-row column
+// blocks, k rounded up to 32, one fp32 scale per 32 values (1.125 bytes per weight); the plan counts what the
+// loaded layers hold, and the chunk's activation levels in the GEMM scratch.
+TEST(MemoryPlan, Int8WeightsAreWhatTheLayersHold) {
+    clef::MemoryPlanInput in = tiny_input(0);
+    in.backbone.precision = clef::ops::Precision::Int8;
+    const clef::MemoryPlan plan = clef::compute_memory_plan(data_path("tiny-clef"), "", in);
+    clef::LoadOptions o;
+    o.precision = clef::ops::Precision::Int8;
+    const std::unique_ptr<clef::Engine> e = clef::Engine::load(data_path("tiny-clef"), "", o);
+    EXPECT_EQ(plan.weights.packed, e->backbone().packed_weight_bytes());
+    EXPECT_LT(plan.weights.packed, tiny_plan(0).weights.packed) << "int8 panels are smaller than bf16 ones";
+    EXPECT_GE(plan.decision.gemm_scratch, static_cast<uint64_t>(kChunk * 128));
 }
 
 struct CliRun {

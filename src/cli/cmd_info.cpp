@@ -15,6 +15,7 @@
 #include "decision/engine.h"
 #include "ops/cpu.h"
 #include "ops/gemm.h"
+#include "ops/int8_gemm.h"
 #include "tools/model_info.h"
 #include "util/error.h"
 #include "util/text.h"
@@ -113,13 +114,14 @@ void run_info(const InfoOptions& opt) {
     if (opt.json) {
         auto j = model_info_to_json(info);
         j["cpu"] = ops::cpu_features_string();
-        j["gemm"] = {{"exact", exact}, {"bf16", bf16}};
+        j["gemm"] = {{"exact", exact}, {"bf16", bf16}, {"int8", ops::int8_plan_string()}};
         if (plan) j["memory_plan"] = memory_plan_to_json(*plan);
         out = j.dump(2) + "\n";
     } else {
         out = format_model_info(info) + "\nthis machine\n  cpu                   " +
               ops::cpu_features_string() + "\n  gemm exact            " + exact +
-              "\n  gemm bf16             " + bf16 + "\n";
+              "\n  gemm bf16             " + bf16 + "\n  gemm int8             " + ops::int8_plan_string() +
+              "\n";
         if (plan) out += "\n" + format_memory_plan(*plan);
     }
     std::fwrite(out.data(), 1, out.size(), stdout);

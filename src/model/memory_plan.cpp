@@ -45,6 +45,30 @@ uint64_t stream_buffer(int64_t rows, int64_t cols, bool onednn) {
     return 2 * u(std::min(group, panel_rows(rows) / p) * p * cols * 2);
 }
 
+// The rows and panels one thread decodes per column block of a streamed int8 layer (ops/int8_gemm.cpp: 64
+// weight rows as fp32 or as levels with their scales, and their panels).
+uint64_t int8_stream_buffer(int64_t cols) {
+    return u(64 * cols) * (kF32 + 1) + u(64 * cols) * 5 / 4 + u(64 * (cols / 32 + 1)) * 8;
+}
+
+// A backbone projection with Precision::Int8 (ops/int8_gemm.h): streamed from the mapping like Exact, or
+// quantised once at load into int8 panels (1.125 bytes per weight; a block-quantised tensor planned at the
+// 1.25 of level panels, which its type may not need; the file's pages dropped); an fp32 checkpoint tensor
+// keeps its reference copy.
+void add_int8_matrix(WeightMemory& w, const TensorSpec& s, const StoredTensor& st,
+                     const MemoryPlanInput& in) {
+    const int64_t rows = rows_of(s), cols = cols_of(s), kp = (cols + 31) / 32 * 32;
+    if (st.kind == Kind::Blocks && !in.unpack_quantised) {
+        w.mapped += st.bytes;
+        w.streamed = true;
+        w.stream_buffer = std::max(w.stream_buffer, int8_stream_buffer(cols));
+        return;
+    }
+    w.packed += u((rows + 63) / 64 * 64) * u(kp + kp / 32 * (st.kind == Kind::Blocks ? 8 : 4));
+    if (st.kind != Kind::Blocks && st.kind != Kind::BF16 && st.kind != Kind::F16)
+        w.packed += u(rows * cols) * kF32;
+}
+
 // A projection of the text backbone (model/linear.h, LinearPath::Both) or the vision tower (Fast), by how it
 // is stored (model/linear.cpp): block-quantised ones stream from the mapping unless unpacked; BF16 is used in
 // place by oneDNN or packed into bf16 panels; other float types keep an fp32 copy for the reference path
@@ -92,7 +116,10 @@ void add_text_tensor(WeightMemory& w, const TensorSpec& s, const StoredTensor& s
     else if (s.text == TextWeight::LmHead)
         w.embedding_rows += table_rows(s, st, distinct(in.option_tokens));
     else if (s.matrix)
-        add_matrix(w, w.packed, s, st, in, true);
+        if (in.backbone.precision == ops::Precision::Int8 && !in.device)
+            add_int8_matrix(w, s, st, in);
+        else
+            add_matrix(w, w.packed, s, st, in, true);
     else
         w.vectors += vector_bytes(s, st);
 }
@@ -203,6 +230,8 @@ uint64_t gemm_scratch(const Widths& d, const WeightMemory& w, const MemoryPlanIn
     const int64_t rows = std::min<int64_t>(c, 2048);
     uint64_t b = w.stream_buffer;
     if (in.backbone.precision == ops::Precision::BF16) return b + (in.onednn ? u(rows * k * 2) : f32(c * k));
+    // int8: the chunk's activation levels, scales and level sums (ops/int8_gemm.cpp forward).
+    if (in.backbone.precision == ops::Precision::Int8) return b + u(c * k) + u(c * (k / 32 + 1)) * 8;
     if (!in.onednn) return b;
     if (in.exact_kernel == ops::GemmKernel::F32) return b + 4 * kMiB;  // the widened sub-block
     // A column block is at most the widest projection's outputs (the fused ones are at most 4 k wide), so a

@@ -149,8 +149,12 @@ size_t Int8Linear::packed_bytes() const {
     return impl_ ? impl_->packed.size() : 0;
 }
 
+std::string int8_plan_string() {
+    return "int8(" + simd_target() + ")";
+}
+
 std::string Int8Linear::backend_name() const {
-    return std::string(impl_ && impl_->bits ? "int8-levels(" : "int8(") + simd_target() + ")";
+    return impl_ && impl_->bits ? "int8-levels(" + simd_target() + ")" : int8_plan_string();
 }
 
 void Int8Linear::forward(const float* x, int64_t m, float* y, const float* bias, bool reference) const {

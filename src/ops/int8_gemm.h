@@ -55,7 +55,7 @@ public:
     bool streamed() const;
     // Bytes of the packed weights (0 when streamed).
     size_t packed_bytes() const;
-    // "int8(<target>)".
+    // "int8(<target>)" (signed panels) or "int8-levels(<target>)".
     std::string backend_name() const;
 
     // y[m][n] = x[m][k] . W^T (+ bias[n]); x and y must not alias. Thread-safe; uses num_threads() threads.
@@ -69,6 +69,10 @@ private:
     int64_t n_ = 0, k_ = 0;
     std::unique_ptr<Impl> impl_;
 };
+
+// How this machine runs Precision::Int8: "int8(<target>)", the dispatch target of the panel kernels (clef
+// info).
+std::string int8_plan_string();
 
 // Best GOP/s (two per multiply-add) of the int8 panel kernel (bits 0: signed panels; 4: 4-bit level panels),
 // over `iters` runs of 16 x 64 x 1024 x 64 on each of num_threads() threads at once, with every thread's
