@@ -15,11 +15,13 @@
 #include "decision/request.h"
 #include "ops/cpu.h"
 #include "ops/int8_gemm.h"
+#include "ops/int8_kernels.h"
 #include "ops/simd.h"
 #include "quant/levels.h"
 #include "quant/quant.h"
 #include "small_model.h"
 #include "test_util.h"
+#include "util/half.h"
 
 using namespace clef;
 
@@ -87,12 +89,43 @@ TEST(Int8Levels, ReproduceTheDequantisedValuesExactly) {
                 ASSERT_EQ(got, want[c]) << "row " << r << " col " << c;
             }
         }
+        EXPECT_TRUE(has_levels(m));
         m.col_group = 16;  // groups that split a block: no levels
         m.col_map.assign(cols / 16, 0);
+        EXPECT_FALSE(has_levels(m));
         EXPECT_FALSE(matrix_row_levels(m, 0, u.data(), D.data(), O.data()));
     }
     EXPECT_EQ(affine_level_bits(GgmlType::Q8_0), 0);
     EXPECT_EQ(affine_level_bits(GgmlType::Q6_K), 0);
+}
+
+// Signed panels keep a Q8_0 block as the file holds it when its largest level is +-127 (the quantiser's
+// rule, ggml's too): the requantised scale is the block's d and the levels are the file's.
+TEST(Int8Levels, Q8_0BlocksKeepTheirLevelsAndScale) {
+    constexpr int64_t cols = 256;
+    const std::vector<unsigned char> q = quantised(GgmlType::Q8_0, 3, cols, 13);
+    const uint64_t rb = ggml_row_bytes(ggml_type_traits(static_cast<uint32_t>(GgmlType::Q8_0)), cols);
+    std::vector<float> v(cols), s(cols / 32);
+    std::vector<int8_t> levels(cols);
+    int kept = 0;
+    for (int64_t r = 0; r < 3; ++r) {
+        const unsigned char* row = q.data() + r * rb;
+        dequantize_row_f32(GgmlType::Q8_0, row, v.data(), cols);
+        ops::i8::quantize_row(v.data(), cols, levels.data(), s.data());
+        for (int64_t b = 0; b < cols / 32; ++b) {
+            const unsigned char* blk = row + b * 34;  // fp16 d, 32 levels
+            int amax = 0;
+            for (int t = 0; t < 32; ++t) amax = std::max(amax, std::abs(static_cast<int8_t>(blk[2 + t])));
+            if (amax != 127) continue;
+            uint16_t d;
+            std::memcpy(&d, blk, 2);
+            EXPECT_EQ(s[b], f16_to_f32(d));
+            for (int t = 0; t < 32; ++t) EXPECT_EQ(levels[b * 32 + t], static_cast<int8_t>(blk[2 + t]));
+            ++kept;
+        }
+    }
+    // Most blocks: d rounded to fp16 can leave a block's largest level at 126 (23 of these 24 have 127).
+    EXPECT_GE(kept, 3 * cols / 32 / 2);
 }
 
 // Level panels against the product with the file's values, computed in double here: only the activations are

@@ -76,17 +76,14 @@ Linear::Linear(const QuantMatrix& q, LinearPath path, ops::Residency residency, 
     ops::num_threads();              // applies the global thread setting to this thread
     if (int8) {
         const bool streamed = residency == ops::Residency::Streamed;
-        const int bits = affine_level_bits(m.type);
-        std::vector<uint8_t> u(static_cast<size_t>(m.cols));
-        std::vector<float> d(static_cast<size_t>(m.cols / 32)), o(d.size());
-        if (bits > 0 && m.cols % 32 == 0 && matrix_row_levels(m, 0, u.data(), d.data(), o.data()))
+        if (has_levels(m))
             int8_ = ops::Int8Linear(
                 [&m](int64_t r0, int64_t n, uint8_t* lu, float* ld, float* lo) {
                     const int64_t nb = m.cols / 32;
                     for (int64_t i = 0; i < n; ++i)
                         matrix_row_levels(m, r0 + i, lu + i * m.cols, ld + i * nb, lo + i * nb);
                 },
-                bits, out_, in_, streamed);
+                affine_level_bits(m.type), out_, in_, streamed);
         else
             int8_ = ops::Int8Linear(
                 [&m](int64_t r0, int64_t n, float* out) {

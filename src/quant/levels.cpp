@@ -100,8 +100,13 @@ void row_levels(GgmlType t, const void* p, int64_t n, uint8_t* u, float* D, floa
     }
 }
 
+bool has_levels(const QuantMatrix& m) {
+    return affine_level_bits(m.type) > 0 && m.cols % kQK == 0 &&
+           (m.col_map.empty() || m.col_group % kQK == 0);
+}
+
 bool matrix_row_levels(const QuantMatrix& m, int64_t r, uint8_t* u, float* D, float* O) {
-    if (affine_level_bits(m.type) == 0 || (!m.col_map.empty() && m.col_group % kQK != 0)) return false;
+    if (!has_levels(m)) return false;
     if (r < 0 || r >= m.rows) throw Error("levels: row " + std::to_string(r) + " is outside the matrix");
     const unsigned char* src =
         m.data + static_cast<uint64_t>(m.row_map.empty() ? r : m.row_map[r]) * m.row_bytes();

@@ -16,8 +16,11 @@ int affine_level_bits(GgmlType t);
 // The n values (a multiple of the type's block) of row data p as levels u[n] and per-32 (D, O)[n / 32].
 void row_levels(GgmlType t, const void* p, int64_t n, uint8_t* u, float* D, float* O);
 
-// Logical row r of m (maps applied) as levels; false when m's type has none or its column groups do not keep
-// 32-value blocks whole (then nothing is written).
+// Whether m's rows have levels: an affine type, whole 32-value blocks, column groups (if any) of whole
+// blocks.
+bool has_levels(const QuantMatrix& m);
+
+// Logical row r of m (maps applied) as levels; false when !has_levels(m) (then nothing is written).
 bool matrix_row_levels(const QuantMatrix& m, int64_t r, uint8_t* u, float* D, float* O);
 
 }  // namespace clef
