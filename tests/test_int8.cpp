@@ -185,6 +185,10 @@ TEST(Int8Levels, LinearWithinTheActivationBound) {
     }
 }
 
+TEST(Int8Linear, KernelYardstickIsPositive) {
+    for (int bits : {0, 4}) EXPECT_GT(ops::int8_kernel_gops(2, bits), 0.0) << bits;
+}
+
 // Short requests (the small model's tokenizer is byte-level).
 const char* const kRequests[] = {
     R"({"model": "small", "state": "The parcel came two weeks late.", "questions": {"late": {"type": "noul"},

@@ -343,6 +343,14 @@ TEST(QuantSearch, QuantisersWriteTheSameBytesOnEveryTarget) {
 
 // ------------------------------------------------------------------ int8 (ops/int8_gemm.h)
 
+// The thread counts the layers run with: one only under qemu-user (the aarch64 proof, CLEF_ONE_THREAD), where
+// OpenMP teams of more than one thread do not finish (CMakeLists.txt).
+#ifdef CLEF_ONE_THREAD
+constexpr int kThreadCounts[] = {1};
+#else
+constexpr int kThreadCounts[] = {1, 2};
+#endif
+
 using ops::i8::kI8Block;
 using ops::i8::kI8Cols;
 using ops::i8::kI8PanelBlockBytes;
@@ -515,7 +523,7 @@ TEST(Int8Linear, WithinTheQuantisationBoundPackedStreamedAndThreaded) {
                 ASSERT_LE(std::fabs(want[i * n + j] - y), bound) << i << "," << j;
             }
         }
-        for (int threads : {1, 2}) {
+        for (int threads : kThreadCounts) {
             ops::set_num_threads(threads);
             on_every_target([&] {
                 for (const ops::Int8Linear* l : {&packed, &streamed}) {
@@ -595,10 +603,6 @@ TEST(Int8Panel, LevelPanelsMatchIntegerSumsAndSameBitsOnEveryTarget) {
                     ASSERT_EQ(got, want);
                 });
             }
-}
-
-TEST(Int8Linear, KernelYardstickIsPositive) {
-    EXPECT_GT(ops::int8_kernel_gops(2), 0.0);
 }
 
 }  // namespace
