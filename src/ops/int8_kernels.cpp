@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "ops/int8_kernels.h"
 #include "ops/simd.h"
@@ -58,6 +59,38 @@ void QuantizeRow(const float* x, int64_t k, int8_t* q, float* s) {
 }
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// The four activation levels at p in every 32-bit lane.
+HWY_INLINE __m256i broadcast4(const int8_t* p) {
+    int32_t four;
+    std::memcpy(&four, p, 4);
+    return _mm256_set1_epi32(four);
+}
+
+// Row r's kI8Cols sums into y + r * ldy (the first ncols of them), for r < R.
+template <int R>
+HWY_INLINE void store_rows(const __m256* acc, int ncols, float* y, int64_t ldy) {
+    alignas(32) float tmp[kI8Cols];
+    for (int r = 0; r < R; ++r) {
+        _mm256_store_ps(tmp, acc[r]);
+        std::memcpy(y + r * ldy, tmp, static_cast<size_t>(ncols) * sizeof(float));
+    }
+}
+
+// f(std::integral_constant<int, R>()) for R = rows (1 to kI8Rows): the row count as a template argument.
+template <class F>
+HWY_INLINE void with_rows(int rows, F&& f) {
+    switch (rows) {
+        case 4:
+            return f(std::integral_constant<int, 4>());
+        case 3:
+            return f(std::integral_constant<int, 3>());
+        case 2:
+            return f(std::integral_constant<int, 2>());
+        default:
+            return f(std::integral_constant<int, 1>());
+    }
+}
+
 template <int R>
 HWY_INLINE void panel_rows_avx2(const int8_t* xq, const float* xs, int64_t nb, const unsigned char* panel,
                                 int ncols, float* y, int64_t ldy) {
@@ -73,9 +106,7 @@ HWY_INLINE void panel_rows_avx2(const int8_t* xq, const float* xs, int64_t nb, c
             const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + st * 32));
             const __m256i aw = _mm256_abs_epi8(w);
             for (int r = 0; r < R; ++r) {
-                int32_t four;
-                std::memcpy(&four, xq + r * kp + b * kI8Block + st * 4, 4);
-                const __m256i xv = _mm256_sign_epi8(_mm256_set1_epi32(four), w);
+                const __m256i xv = _mm256_sign_epi8(broadcast4(xq + r * kp + b * kI8Block + st * 4), w);
                 sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv), ones));
             }
         }
@@ -85,15 +116,9 @@ HWY_INLINE void panel_rows_avx2(const int8_t* xq, const float* xs, int64_t nb, c
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), scale, acc[r]);
         }
     }
-    alignas(32) float tmp[kI8Cols];
-    for (int r = 0; r < R; ++r) {
-        _mm256_store_ps(tmp, acc[r]);
-        std::memcpy(y + r * ldy, tmp, static_cast<size_t>(ncols) * sizeof(float));
-    }
+    store_rows<R>(acc, ncols, y, ldy);
 }
-#endif
 
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 // kSteps steps of 16-bit pair sums per widening: kSteps * 2 * (2^bits - 1) * 127 < 2^15.
 template <int R, int kSteps>
 HWY_INLINE void level_rows_avx2(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
@@ -111,11 +136,9 @@ HWY_INLINE void level_rows_avx2(const int8_t* xq, const float* xs, const int32_t
             for (int r = 0; r < R; ++r) p16[r] = _mm256_setzero_si256();
             for (int st = s0; st < s0 + kSteps; ++st) {
                 const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + st * 32));
-                for (int r = 0; r < R; ++r) {
-                    int32_t four;
-                    std::memcpy(&four, xq + r * kp + b * kI8Block + st * 4, 4);
-                    p16[r] = _mm256_add_epi16(p16[r], _mm256_maddubs_epi16(w, _mm256_set1_epi32(four)));
-                }
+                for (int r = 0; r < R; ++r)
+                    p16[r] = _mm256_add_epi16(
+                        p16[r], _mm256_maddubs_epi16(w, broadcast4(xq + r * kp + b * kI8Block + st * 4)));
             }
             for (int r = 0; r < R; ++r) sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(p16[r], ones));
         }
@@ -129,35 +152,21 @@ HWY_INLINE void level_rows_avx2(const int8_t* xq, const float* xs, const int32_t
                                      _mm256_mul_ps(ov, sx), acc[r]);
         }
     }
-    alignas(32) float tmp[kI8Cols];
-    for (int r = 0; r < R; ++r) {
-        _mm256_store_ps(tmp, acc[r]);
-        std::memcpy(y + r * ldy, tmp, static_cast<size_t>(ncols) * sizeof(float));
-    }
+    store_rows<R>(acc, ncols, y, ldy);
 }
 
-template <int kSteps>
-HWY_INLINE void level_block_avx2(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
-                                 const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy) {
-    switch (rows) {
-        case 4:
-            return level_rows_avx2<4, kSteps>(xq, xs, xsum, nb, panel, ncols, y, ldy);
-        case 3:
-            return level_rows_avx2<3, kSteps>(xq, xs, xsum, nb, panel, ncols, y, ldy);
-        case 2:
-            return level_rows_avx2<2, kSteps>(xq, xs, xsum, nb, panel, ncols, y, ldy);
-        default:
-            return level_rows_avx2<1, kSteps>(xq, xs, xsum, nb, panel, ncols, y, ldy);
-    }
-}
 #endif
 
 void PanelBlockU(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
                  const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy, int bits) {
     note_target(KernelFamily::Int8, HWY_TARGET);
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-    if (bits == 4) return level_block_avx2<8>(xq, xs, xsum, nb, panel, rows, ncols, y, ldy);
-    return level_block_avx2<4>(xq, xs, xsum, nb, panel, rows, ncols, y, ldy);
+    with_rows(rows, [&](auto r) {
+        if (bits == 4)
+            level_rows_avx2<decltype(r)::value, 8>(xq, xs, xsum, nb, panel, ncols, y, ldy);
+        else
+            level_rows_avx2<decltype(r)::value, 4>(xq, xs, xsum, nb, panel, ncols, y, ldy);
+    });
 #else
     panel_block_u_ref(xq, xs, xsum, nb, panel, rows, ncols, y, ldy, bits);
 #endif
@@ -167,16 +176,7 @@ void PanelBlock(const int8_t* xq, const float* xs, int64_t nb, const unsigned ch
                 int ncols, float* y, int64_t ldy) {
     note_target(KernelFamily::Int8, HWY_TARGET);
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-    switch (rows) {
-        case 4:
-            return panel_rows_avx2<4>(xq, xs, nb, panel, ncols, y, ldy);
-        case 3:
-            return panel_rows_avx2<3>(xq, xs, nb, panel, ncols, y, ldy);
-        case 2:
-            return panel_rows_avx2<2>(xq, xs, nb, panel, ncols, y, ldy);
-        default:
-            return panel_rows_avx2<1>(xq, xs, nb, panel, ncols, y, ldy);
-    }
+    with_rows(rows, [&](auto r) { panel_rows_avx2<decltype(r)::value>(xq, xs, nb, panel, ncols, y, ldy); });
 #else
     panel_block_ref(xq, xs, nb, panel, rows, ncols, y, ldy);
 #endif
