@@ -482,11 +482,10 @@ TEST(Int8Panel, MatchesIntegerSumsAndSameBitsOnEveryTarget) {
 // the same bits.
 TEST(Int8Linear, WithinTheQuantisationBoundPackedStreamedAndThreaded) {
     std::mt19937 rng(47);
-    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
-                           {3, 9, 33},
-                           {7, 70, 100},
-                           {13, 130, 256},
-                           {5, 64, 1000}}) {
+    // m x n x k (plain variables: clang 14 cannot capture structured bindings in the lambdas below).
+    const int64_t shapes[][3] = {{1, 1, 1}, {3, 9, 33}, {7, 70, 100}, {13, 130, 256}, {5, 64, 1000}};
+    for (const auto& shape : shapes) {
+        const int64_t m = shape[0], n = shape[1], k = shape[2];
         SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k);
         const std::vector<float> w = int8_rows(n, k, rng), x = int8_rows(m, k, rng);
         const std::vector<float> bias = normal(static_cast<size_t>(n), rng, 1.f);
