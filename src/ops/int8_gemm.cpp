@@ -75,7 +75,6 @@ struct Int8Linear::Impl {
     struct Scratch {
         std::vector<float> f32, d, o;
         std::vector<uint8_t> u;
-        std::vector<unsigned char> panels;
         std::vector<int8_t> q;
         std::vector<float> s;
     };
