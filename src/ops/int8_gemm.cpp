@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
 #include "ops/cpu.h"
@@ -25,38 +26,39 @@ constexpr int64_t kColBlock = 8 * kI8Cols;  // output columns per task: one stre
 
 using QuantizeFn = void (*)(const float*, int64_t, int8_t*, float*);
 
+// Scatters one weight row (column c of its panel) into the panel layout: block b's kI8Block levels lv as
+// kI8Block / 4 steps of 4, then one fp32 per array in f (f[a][b]) after the levels, kI8Cols floats apart.
+void scatter_row(const void* lv, std::initializer_list<const float*> f, int64_t nb, int64_t block_bytes,
+                 int64_t c, unsigned char* panel) {
+    const auto* l = static_cast<const unsigned char*>(lv);
+    for (int64_t b = 0; b < nb; ++b) {
+        unsigned char* pb = panel + b * block_bytes;
+        for (int st = 0; st < kI8Block / 4; ++st) std::memcpy(pb + st * 32 + c * 4, l + b * kI8Block + st * 4, 4);
+        int64_t at = kI8Block * kI8Cols;
+        for (const float* a : f) {
+            std::memcpy(pb + at + c * 4, a + b, 4);
+            at += kI8Cols * 4;
+        }
+    }
+}
+
 // Quantises nr fp32 rows [nr][k] into the panels they fall in (column j of panel j / kI8Cols); q and s are
 // one row's scratch. Columns without a row keep what panels held (zero-initialised by the caller).
 void pack_rows(const float* src, int64_t nr, int64_t k, int64_t nb, unsigned char* panels, int8_t* q,
                float* s, QuantizeFn quantize) {
     for (int64_t j = 0; j < nr; ++j) {
         quantize(src + j * k, k, q, s);
-        unsigned char* p = panels + (j / kI8Cols) * nb * kI8PanelBlockBytes;
-        const int64_t c = j % kI8Cols;
-        for (int64_t b = 0; b < nb; ++b) {
-            unsigned char* pb = p + b * kI8PanelBlockBytes;
-            for (int st = 0; st < kI8Block / 4; ++st)
-                std::memcpy(pb + st * 32 + c * 4, q + b * kI8Block + st * 4, 4);
-            std::memcpy(pb + kI8Block * kI8Cols + c * 4, s + b, 4);
-        }
+        scatter_row(q, {s}, nb, kI8PanelBlockBytes, j % kI8Cols,
+                    panels + (j / kI8Cols) * nb * kI8PanelBlockBytes);
     }
 }
 
 // The same for nr rows of levels u [nr][k] with D and O [nr][nb] (level panels).
 void pack_levels(const uint8_t* u, const float* D, const float* O, int64_t nr, int64_t nb,
                  unsigned char* panels) {
-    const int64_t k = nb * kI8Block;
-    for (int64_t j = 0; j < nr; ++j) {
-        unsigned char* p = panels + (j / kI8Cols) * nb * kU8PanelBlockBytes;
-        const int64_t c = j % kI8Cols;
-        for (int64_t b = 0; b < nb; ++b) {
-            unsigned char* pb = p + b * kU8PanelBlockBytes;
-            for (int st = 0; st < kI8Block / 4; ++st)
-                std::memcpy(pb + st * 32 + c * 4, u + j * k + b * kI8Block + st * 4, 4);
-            std::memcpy(pb + kI8Block * kI8Cols + c * 4, D + j * nb + b, 4);
-            std::memcpy(pb + kI8Block * kI8Cols + kI8Cols * 4 + c * 4, O + j * nb + b, 4);
-        }
-    }
+    for (int64_t j = 0; j < nr; ++j)
+        scatter_row(u + j * nb * kI8Block, {D + j * nb, O + j * nb}, nb, kU8PanelBlockBytes, j % kI8Cols,
+                    panels + (j / kI8Cols) * nb * kU8PanelBlockBytes);
 }
 
 }  // namespace
