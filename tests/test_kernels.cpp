@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "ops/attention_fast.h"
@@ -404,6 +406,18 @@ TEST(Int8Quantize, LevelsWithinHalfAStepAndSameBitsOnEveryTarget) {
     }
 }
 
+// The panel kernels' extension (ops/int8_kernels.h) is the one the run expects where it says
+// (CLEF_TEST_INT8_EXTENSION, "none" for none: scripts/test-aarch64's runs under qemu-user with and without
+// FEAT_DotProd), so the tests below are known to have taken that path.
+TEST(Int8Panel, KernelExtensionIsTheExpectedOne) {
+    const std::string ext = ops::i8::kernel_extension();
+    std::printf("  int8 kernel extension: %s (cpu: %s)\n", ext.empty() ? "none" : ext.c_str(),
+                ops::cpu_features_string().c_str());
+    if (const char* want = std::getenv("CLEF_TEST_INT8_EXTENSION")) {
+        EXPECT_EQ(ext.empty() ? "none" : ext, want);
+    }
+}
+
 // One panel of kI8Cols weight rows [ncols][k] quantised as Int8Linear packs them.
 std::vector<unsigned char> int8_panel(const std::vector<float>& w, int ncols, int64_t k) {
     const int64_t nb = (k + kI8Block - 1) / kI8Block;
@@ -472,6 +486,7 @@ TEST(Int8Panel, MatchesIntegerSumsAndSameBitsOnEveryTarget) {
                                          ldy);
                     ASSERT_EQ(got, want);
                     EXPECT_EQ(ops::last_target(ops::KernelFamily::Int8), ops::simd_target());
+                    EXPECT_STREQ(ops::i8::last_kernel_extension(), ops::i8::kernel_extension());
                 });
             }
 }
@@ -600,6 +615,7 @@ TEST(Int8Panel, LevelPanelsMatchIntegerSumsAndSameBitsOnEveryTarget) {
                     ops::i8::panel_block_u(xq.data(), xs.data(), xsum.data(), nb, panel.data(), rows, ncols,
                                            got.data(), ldy, bits);
                     ASSERT_EQ(got, want);
+                    EXPECT_STREQ(ops::i8::last_kernel_extension(), ops::i8::kernel_extension());
                 });
             }
 }

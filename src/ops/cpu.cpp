@@ -15,6 +15,16 @@
 #include <thread>
 #include <utility>
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1 << 13)
+#endif
+#endif
+
 namespace clef::ops {
 
 namespace {
@@ -40,6 +50,22 @@ int count_physical_cores(int logical) {
     return cores.empty() ? logical : static_cast<int>(cores.size());
 }
 
+#if defined(__aarch64__)
+// aarch64's CLEF_MAX_ISA levels (ops/cpu.h): only the int8 kernels' extensions are capped; Highway's NEON
+// target is the baseline and stays.
+void apply_cap(CpuFeatures& f) {
+    const char* e = std::getenv("CLEF_MAX_ISA");
+    const std::string name = e ? e : "native";
+    if (name == "baseline" || name == "neon") {
+        f.asimd_dotprod = f.i8mm = false;
+    } else if (name == "dotprod") {
+        f.i8mm = false;
+    } else {
+        return;  // native, or an x86 level
+    }
+    f.isa_cap = name;
+}
+#else
 // CLEF_MAX_ISA levels, lowest first.
 enum class Isa { Baseline, Sse4, Avx2, Avx512, Avx512Bf16, Native };
 
@@ -82,6 +108,7 @@ void apply_cap(CpuFeatures& f) {
     }
 #endif
 }
+#endif
 
 CpuFeatures detect() {
     CpuFeatures f;
@@ -101,6 +128,9 @@ CpuFeatures detect() {
     __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
     f.amx_bf16 = (d >> 22) & 1u;
     f.amx_tile = (d >> 24) & 1u;
+#elif defined(__aarch64__) && defined(__linux__)
+    f.asimd_dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+    f.i8mm = (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
 #endif
     const unsigned hc = std::thread::hardware_concurrency();
     f.logical_cpus = hc > 0 ? static_cast<int>(hc) : 1;
@@ -144,6 +174,8 @@ std::string cpu_features_string() {
     add(f.avx512_bf16, "avx512_bf16");
     add(f.amx_tile, "amx_tile");
     add(f.amx_bf16, "amx_bf16");
+    add(f.asimd_dotprod, "asimddp");
+    add(f.i8mm, "i8mm");
     if (s.empty()) s = "baseline";
     if (f.isa_cap != "native") s += " (capped: CLEF_MAX_ISA=" + f.isa_cap + ")";
     return s + ", " + std::to_string(f.physical_cores) + " physical cores / " +

@@ -2,8 +2,10 @@
 //
 // One cap for every kernel layer: CLEF_MAX_ISA=baseline|sse4|avx2|avx512|avx512_bf16|native (default native)
 // limits the features reported here, the Highway targets the own kernels dispatch to (ops/simd.h) and the ISA
-// oneDNN may JIT for, so a machine can measure and test the paths of a smaller CPU class. An unknown value
-// means native.
+// oneDNN may JIT for, so a machine can measure and test the paths of a smaller CPU class. On aarch64 the
+// levels are baseline|neon|dotprod|native: baseline and neon turn off the int8 kernels' dotprod path
+// (ops/int8_kernels.h), dotprod leaves it on but reports no i8mm; Highway's NEON target is aarch64's baseline
+// and stays. An unknown value (or the other architecture's name) means native.
 #pragma once
 
 #include <string>
@@ -21,6 +23,8 @@ struct CpuFeatures {
     bool avx512_bf16 = false;
     bool amx_bf16 = false;
     bool amx_tile = false;
+    bool asimd_dotprod = false;      // aarch64 FEAT_DotProd (sdot), HWCAP_ASIMDDP
+    bool i8mm = false;               // aarch64 FEAT_I8MM (smmla), HWCAP2_I8MM: reported, no kernel uses it
     std::string isa_cap = "native";  // CLEF_MAX_ISA as applied
     int logical_cpus = 1;    // online logical CPUs
     int physical_cores = 1;  // distinct (package, core) pairs; logical_cpus when the topology is unknown
@@ -30,8 +34,9 @@ struct CpuFeatures {
     bool has_bf16_hw() const { return amx_bf16 || avx512_bf16; }
 };
 
-// Detected once (cpuid via the compiler builtins, /sys topology for the core count), CLEF_MAX_ISA applied;
-// the first call also applies the cap to Highway and oneDNN, so kernels call it before dispatching.
+// Detected once (cpuid via the compiler builtins or getauxval's hardware caps, /sys topology for the core
+// count), CLEF_MAX_ISA applied; the first call also applies the cap to Highway and oneDNN, so kernels call it
+// before dispatching.
 const CpuFeatures& cpu_features();
 // e.g. "avx512f avx512bw ... amx_bf16, 2 physical cores / 2 logical CPUs".
 std::string cpu_features_string();

@@ -150,12 +150,22 @@ size_t Int8Linear::packed_bytes() const {
     return impl_ ? impl_->packed.size() : 0;
 }
 
+namespace {
+
+// The dispatched target and the kernels' extension, e.g. "AVX2" or "NEON+dotprod".
+std::string int8_target() {
+    const std::string ext = i8::kernel_extension();
+    return simd_target() + (ext.empty() ? "" : "+" + ext);
+}
+
+}  // namespace
+
 std::string int8_plan_string() {
-    return "int8(" + simd_target() + ")";
+    return "int8(" + int8_target() + ")";
 }
 
 std::string Int8Linear::backend_name() const {
-    return impl_ && impl_->bits ? "int8-levels(" + simd_target() + ")" : int8_plan_string();
+    return impl_ && impl_->bits ? "int8-levels(" + int8_target() + ")" : int8_plan_string();
 }
 
 void Int8Linear::forward(const float* x, int64_t m, float* y, const float* bias, bool reference) const {

@@ -70,8 +70,8 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
-// How this machine runs Precision::Int8: "int8(<target>)", the dispatch target of the panel kernels (clef
-// info).
+// How this machine runs Precision::Int8: "int8(<target>)", the dispatch target of the panel kernels and their
+// extension if any, e.g. "int8(NEON+dotprod)" (ops/int8_kernels.h; clef info).
 std::string int8_plan_string();
 
 // Best GOP/s (two per multiply-add) of the int8 panel kernel (bits 0: signed panels; 4: 4-bit level panels),

@@ -6,7 +6,25 @@
 // of eight columns; each row's four activation levels are broadcast, take the weights' signs (vpsignb) so
 // that vpmaddubsw multiplies |w| (unsigned) by them without saturating (2 * 128 * 127 < 2^15), and vpmaddwd
 // sums the pairs into eight int32 column sums. At the end of a block the sums become fp32 and are added with
-// one FMA by the product of the two scales, as the twin does. Other targets run the twin.
+// one FMA by the product of the two scales, as the twin does.
+//
+// On aarch64 with FEAT_DotProd (Armv8.2's sdot, ops/cpu.h's asimd_dotprod, on under CLEF_MAX_ISA=dotprod or
+// native), whatever Highway target is dispatched: the step layout is what sdot consumes. Per block, each
+// activation row's 32 levels are two 16-byte loads; per step, the two 16-byte halves of the weights (columns
+// 0-3 and 4-7, four k each) take vdotq_laneq_s32 with the row's four levels of the step (one 32-bit lane)
+// into two int32x4 column sums, exact (32 * 127 * 127 < 2^31; level-panel bytes are < 32, so valid signed
+// int8 and no sign trick is needed). The block's fp32 steps are the twin's: one FMA by ws * xs, or for level
+// panels one by D * xs and one by xsum * (O * xs). These functions are compiled once with a target attribute
+// (Highway 1.0 has no dotprod target) and chosen at run time; without the feature, and on other targets,
+// the twin runs.
+//
+// No i8mm (smmla) variant: smmla multiplies a 2x8 activation tile by an 8x2 weight tile, so it needs eight
+// consecutive k per column, two steps of this layout zipped together (vzip1q/vzip2q_s32: 16 zips of weights
+// per block, shared by the rows) plus the activation rows zipped in pairs (4 per pair and block) and the
+// block's scales built in its [r0c0 r0c1 r1c0 r1c1] order. Counting instructions per block: 2 rows take
+// 16 smmla + 20 zips against 32 sdot, 4 rows 32 smmla + 24 zips against 64 sdot, before the scale shuffles:
+// no gain worth a second aarch64 path without a panel layout of its own (8 k per column step), which the x86
+// kernels do not share.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/int8_kernels.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -23,6 +41,17 @@
 
 #if HWY_ARCH_X86
 #include <immintrin.h>
+#endif
+
+#if HWY_ARCH_ARM_A64
+namespace clef::ops::i8 {
+// The dotprod kernels (below, compiled once) and whether this CPU may run them under CLEF_MAX_ISA.
+bool dotprod_enabled();
+void panel_block_dotprod(const int8_t* xq, const float* xs, int64_t nb, const unsigned char* panel, int rows,
+                         int ncols, float* y, int64_t ldy);
+void panel_block_u_dotprod(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
+                           const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy);
+}  // namespace clef::ops::i8
 #endif
 
 HWY_BEFORE_NAMESPACE();
@@ -168,6 +197,10 @@ void PanelBlockU(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t
             level_rows_avx2<decltype(r)::value, 4>(xq, xs, xsum, nb, panel, ncols, y, ldy);
     });
 #else
+#if HWY_ARCH_ARM_A64
+    if (dotprod_enabled() && (bits == 4 || bits == 5))
+        return panel_block_u_dotprod(xq, xs, xsum, nb, panel, rows, ncols, y, ldy);
+#endif
     panel_block_u_ref(xq, xs, xsum, nb, panel, rows, ncols, y, ldy, bits);
 #endif
 }
@@ -178,6 +211,9 @@ void PanelBlock(const int8_t* xq, const float* xs, int64_t nb, const unsigned ch
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
     with_rows(rows, [&](auto r) { panel_rows_avx2<decltype(r)::value>(xq, xs, nb, panel, ncols, y, ldy); });
 #else
+#if HWY_ARCH_ARM_A64
+    if (dotprod_enabled()) return panel_block_dotprod(xq, xs, nb, panel, rows, ncols, y, ldy);
+#endif
     panel_block_ref(xq, xs, nb, panel, rows, ncols, y, ldy);
 #endif
 }
@@ -187,7 +223,144 @@ void PanelBlock(const int8_t* xq, const float* xs, int64_t nb, const unsigned ch
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#if HWY_ARCH_ARM_A64
+#include <arm_neon.h>
+
+#include <atomic>
+
+#include "ops/cpu.h"
+#endif
+
 namespace clef::ops::i8 {
+
+#if HWY_ARCH_ARM_A64
+namespace {
+
+// Whether the last panel_block / panel_block_u call took the dotprod kernels (kernel_extension's test side).
+std::atomic<bool> g_used_dotprod{false};
+
+void note_dotprod(bool used) {
+    if (g_used_dotprod.load(std::memory_order_relaxed) != used)
+        g_used_dotprod.store(used, std::memory_order_relaxed);
+}
+
+#define CLEF_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+
+// One step S of four (the activation levels xv[r] hold four steps): sdot of the weights' two halves (columns
+// 0-3 into lo, 4-7 into hi) with lane S of each row.
+template <int R, int S>
+CLEF_DOTPROD inline void dot_step(const unsigned char* w, const int8x16_t (&xv)[R], int32x4_t (&lo)[R],
+                                  int32x4_t (&hi)[R]) {
+    const int8x16_t w0 = vld1q_s8(reinterpret_cast<const int8_t*>(w));
+    const int8x16_t w1 = vld1q_s8(reinterpret_cast<const int8_t*>(w + 16));
+    for (int r = 0; r < R; ++r) {
+        lo[r] = vdotq_laneq_s32(lo[r], w0, xv[r], S);
+        hi[r] = vdotq_laneq_s32(hi[r], w1, xv[r], S);
+    }
+}
+
+// The fp32 at p as a vector (any alignment).
+CLEF_DOTPROD inline float32x4_t load_f32(const unsigned char* p) {
+    return vreinterpretq_f32_u8(vld1q_u8(p));
+}
+
+// R activation rows against one panel, signed (kLevels false) or level panels (true: xsum and the offsets).
+// One-dimensional arrays per half of the columns: gcc keeps them in registers, [R][2] ones in memory.
+template <int R, bool kLevels>
+CLEF_DOTPROD void rows_dotprod(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
+                               const unsigned char* panel, int ncols, float* y, int64_t ldy) {
+    const int64_t kp = nb * kI8Block;
+    const int64_t block_bytes = kLevels ? kU8PanelBlockBytes : kI8PanelBlockBytes;
+    float32x4_t acc_lo[R], acc_hi[R];
+    for (int r = 0; r < R; ++r) acc_lo[r] = acc_hi[r] = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < nb; ++b) {
+        const unsigned char* pb = panel + b * block_bytes;
+        int32x4_t lo[R], hi[R];
+        for (int r = 0; r < R; ++r) lo[r] = hi[r] = vdupq_n_s32(0);
+        for (int h = 0; h < kI8Block / 16; ++h) {  // 16 levels: four steps
+            int8x16_t xv[R];
+            for (int r = 0; r < R; ++r) xv[r] = vld1q_s8(xq + r * kp + b * kI8Block + h * 16);
+            const unsigned char* w = pb + h * 4 * 32;
+            dot_step<R, 0>(w, xv, lo, hi);
+            dot_step<R, 1>(w + 32, xv, lo, hi);
+            dot_step<R, 2>(w + 64, xv, lo, hi);
+            dot_step<R, 3>(w + 96, xv, lo, hi);
+        }
+        // The column scales (ws or D), then for level panels the offsets O.
+        const unsigned char* sc = pb + kI8Block * kI8Cols;
+        const float32x4_t d_lo = load_f32(sc), d_hi = load_f32(sc + 16);
+        for (int r = 0; r < R; ++r) {
+            const float sx = xs[r * nb + b];
+            acc_lo[r] = vfmaq_f32(acc_lo[r], vcvtq_f32_s32(lo[r]), vmulq_n_f32(d_lo, sx));
+            acc_hi[r] = vfmaq_f32(acc_hi[r], vcvtq_f32_s32(hi[r]), vmulq_n_f32(d_hi, sx));
+            if constexpr (kLevels) {
+                const float32x4_t o_lo = load_f32(sc + kI8Cols * 4), o_hi = load_f32(sc + kI8Cols * 4 + 16);
+                const float32x4_t xsv = vdupq_n_f32(static_cast<float>(xsum[r * nb + b]));
+                acc_lo[r] = vfmaq_f32(acc_lo[r], xsv, vmulq_n_f32(o_lo, sx));
+                acc_hi[r] = vfmaq_f32(acc_hi[r], xsv, vmulq_n_f32(o_hi, sx));
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        float tmp[kI8Cols];
+        vst1q_f32(tmp, acc_lo[r]);
+        vst1q_f32(tmp + 4, acc_hi[r]);
+        std::memcpy(y + r * ldy, tmp, static_cast<size_t>(ncols) * sizeof(float));
+    }
+}
+
+#undef CLEF_DOTPROD
+
+template <bool kLevels>
+void dotprod(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb, const unsigned char* panel,
+             int rows, int ncols, float* y, int64_t ldy) {
+    note_dotprod(true);
+    switch (rows) {
+        case 4:
+            return rows_dotprod<4, kLevels>(xq, xs, xsum, nb, panel, ncols, y, ldy);
+        case 3:
+            return rows_dotprod<3, kLevels>(xq, xs, xsum, nb, panel, ncols, y, ldy);
+        case 2:
+            return rows_dotprod<2, kLevels>(xq, xs, xsum, nb, panel, ncols, y, ldy);
+        default:
+            return rows_dotprod<1, kLevels>(xq, xs, xsum, nb, panel, ncols, y, ldy);
+    }
+}
+
+}  // namespace
+
+bool dotprod_enabled() {
+    const bool on = cpu_features().asimd_dotprod;
+    if (!on) note_dotprod(false);
+    return on;
+}
+
+void panel_block_dotprod(const int8_t* xq, const float* xs, int64_t nb, const unsigned char* panel, int rows,
+                         int ncols, float* y, int64_t ldy) {
+    dotprod<false>(xq, xs, nullptr, nb, panel, rows, ncols, y, ldy);
+}
+
+void panel_block_u_dotprod(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
+                           const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy) {
+    dotprod<true>(xq, xs, xsum, nb, panel, rows, ncols, y, ldy);
+}
+
+const char* kernel_extension() {
+    return cpu_features().asimd_dotprod ? "dotprod" : "";
+}
+
+const char* last_kernel_extension() {
+    return g_used_dotprod.load(std::memory_order_relaxed) ? "dotprod" : "";
+}
+#else
+const char* kernel_extension() {
+    return "";
+}
+
+const char* last_kernel_extension() {
+    return "";
+}
+#endif
 
 HWY_EXPORT(QuantizeRow);
 HWY_EXPORT(PanelBlock);

@@ -46,4 +46,10 @@ void panel_block_u(const int8_t* xq, const float* xs, const int32_t* xsum, int64
 void panel_block_u_ref(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
                        const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy, int bits);
 
+// The extension the panel kernels use besides the Highway target on this CPU under CLEF_MAX_ISA: "dotprod" on
+// aarch64 with FEAT_DotProd (whatever target is dispatched), else "". last_kernel_extension: the one the last
+// panel_block / panel_block_u call used (tests).
+const char* kernel_extension();
+const char* last_kernel_extension();
+
 }  // namespace clef::ops::i8
