@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "ops/attention_kernels.h"
+#include "ops/named_vectors.h"
 #include "ops/simd.h"
 #include "ops/simd_kernels.h"
 #include "util/half.h"
@@ -58,31 +59,42 @@ HWY_INLINE hn::Vec<DF> round_bf16(DF df, hn::Vec<DF> x) {
 template <int MR, int kV, bool kAcc>
 HWY_INLINE void tile(int64_t k, const float* a, int64_t ars, int64_t ats, const float* b, int64_t ldb,
                      float* c, int64_t ldc, const float* cs) {
+    static_assert(MR >= 1 && MR <= 6);
     const DF df;
     const int64_t N = lanes();
-    hn::Vec<DF> acc0[MR], acc1[MR];
-    for (int r = 0; r < MR; ++r) {
-        if constexpr (kAcc) {
-            const auto s = hn::Set(df, cs[r]);
-            acc0[r] = hn::Mul(hn::LoadU(df, c + r * ldc), s);
-            acc1[r] = kV == 2 ? hn::Mul(hn::LoadU(df, c + r * ldc + N), s) : acc0[r];
-        } else {
-            acc0[r] = acc1[r] = hn::Zero(df);
-        }
+    // Row r: acc<r>0 (columns [0, N)) and, if kV == 2, acc<r>1 ([N, 2N)), named locals
+    // (ops/named_vectors.h); rows from MR on are not used.
+    auto acc00 = hn::Zero(df), acc01 = acc00, acc10 = acc00, acc11 = acc00, acc20 = acc00, acc21 = acc00,
+         acc30 = acc00, acc31 = acc00, acc40 = acc00, acc41 = acc00, acc50 = acc00, acc51 = acc00;
+    if constexpr (kAcc) {
+#define CLEF_ROW(r)                                                                    \
+    if constexpr (r < MR) {                                                            \
+        const auto s = hn::Set(df, cs[r]);                                             \
+        acc##r##0 = hn::Mul(hn::LoadU(df, c + r * ldc), s);                            \
+        if constexpr (kV == 2) acc##r##1 = hn::Mul(hn::LoadU(df, c + r * ldc + N), s); \
+    }
+        CLEF_ROWS6(CLEF_ROW)
+#undef CLEF_ROW
     }
     for (int64_t t = 0; t < k; ++t) {
         const auto b0 = hn::LoadU(df, b + t * ldb);
         const auto b1 = kV == 2 ? hn::LoadU(df, b + t * ldb + N) : b0;
-        for (int r = 0; r < MR; ++r) {
-            const auto av = hn::Set(df, a[r * ars + t * ats]);
-            acc0[r] = hn::MulAdd(av, b0, acc0[r]);
-            if constexpr (kV == 2) acc1[r] = hn::MulAdd(av, b1, acc1[r]);
-        }
+#define CLEF_ROW(r)                                                       \
+    if constexpr (r < MR) {                                               \
+        const auto av = hn::Set(df, a[r * ars + t * ats]);                \
+        acc##r##0 = hn::MulAdd(av, b0, acc##r##0);                        \
+        if constexpr (kV == 2) acc##r##1 = hn::MulAdd(av, b1, acc##r##1); \
     }
-    for (int r = 0; r < MR; ++r) {
-        hn::StoreU(acc0[r], df, c + r * ldc);
-        if constexpr (kV == 2) hn::StoreU(acc1[r], df, c + r * ldc + N);
+        CLEF_ROWS6(CLEF_ROW)
+#undef CLEF_ROW
     }
+#define CLEF_ROW(r)                                                        \
+    if constexpr (r < MR) {                                                \
+        hn::StoreU(acc##r##0, df, c + r * ldc);                            \
+        if constexpr (kV == 2) hn::StoreU(acc##r##1, df, c + r * ldc + N); \
+    }
+    CLEF_ROWS6(CLEF_ROW)
+#undef CLEF_ROW
 }
 
 // tile over m rows in tiles of kMR (and one shorter).

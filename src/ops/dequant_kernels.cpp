@@ -119,15 +119,22 @@ void q6_k(const BlockQ6_K* b, Out* y, int64_t nb) {
             for (int l = 0; l < 32; l += N) {  // sub-block scale index l / 16
                 const int is = l / 16;
                 const auto a = load_u8(ql + l), c = load_u8(ql + 32 + l), hb = load_u8(qh + l);
-                const hn::Vec<DI> q[4] = {
-                    hn::Or(hn::And(a, nib), hn::ShiftLeft<4>(hn::And(hb, three))),
-                    hn::Or(hn::And(c, nib), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(hb), three))),
-                    hn::Or(hn::ShiftRight<4>(a), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<4>(hb), three))),
-                    hn::Or(hn::ShiftRight<4>(c), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<6>(hb), three)))};
-                for (int j = 0; j < 4; ++j) {  // (d * scale) * level, ggml's order
-                    const auto ds = hn::Set(df, d * static_cast<float>(sc[is + 2 * j]));
-                    store(df, hn::Mul(ds, hn::ConvertTo(df, hn::Sub(q[j], off))), y + 32 * j + l);
-                }
+                // Levels of y[32 * j + l, ...) in q<j>: named, not an array (SVE, see ops/named_vectors.h).
+                const auto q0 = hn::Or(hn::And(a, nib), hn::ShiftLeft<4>(hn::And(hb, three)));
+                const auto q1 =
+                    hn::Or(hn::And(c, nib), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(hb), three)));
+                const auto q2 =
+                    hn::Or(hn::ShiftRight<4>(a), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<4>(hb), three)));
+                const auto q3 =
+                    hn::Or(hn::ShiftRight<4>(c), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<6>(hb), three)));
+#define CLEF_STORE(j)                                                                  \
+    {                                                                                  \
+        const auto ds = hn::Set(df, d * static_cast<float>(sc[is + 2 * j]));           \
+        store(df, hn::Mul(ds, hn::ConvertTo(df, hn::Sub(q##j, off))), y + 32 * j + l); \
+    }
+                // (d * scale) * level, ggml's order
+                CLEF_STORE(0) CLEF_STORE(1) CLEF_STORE(2) CLEF_STORE(3)
+#undef CLEF_STORE
             }
         }
     }

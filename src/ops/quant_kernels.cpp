@@ -18,6 +18,7 @@
 #include <cmath>
 
 #include "ops/cpu.h"
+#include "ops/named_vectors.h"
 #include "ops/quant_kernels.h"
 #include "ops/simd.h"
 
@@ -208,27 +209,41 @@ HWY_INLINE VF level(DF df, VF v, VF lo, VF hi) {
 #endif
 }
 
-// lane_sum of the 16 lanes held in acc[0 .. 16 / N): lane i plus lane i + 8, then lane i plus lane i + 4 in
-// registers, then (c0 + c2) + (c1 + c3). A template, so that only the branch of the target's N is compiled.
+// lane_sum of the 16 lanes held in a0 .. a<16 / N - 1> (the rest unused): lane i plus lane i + 8, then lane
+// i plus lane i + 4 in registers, then (c0 + c2) + (c1 + c3). A template, so that only the branch of the
+// target's N is compiled. On SVE, whose N is known at run time only, the 16 lanes go through memory to
+// lane_sum itself.
 template <class D>
-HWY_INLINE float sum16(D, const hn::Vec<D>* acc) {
+HWY_INLINE float sum16(D d, hn::Vec<D> a0, hn::Vec<D> a1, hn::Vec<D> a2, hn::Vec<D> a3) {
+#if HWY_HAVE_SCALABLE
+    const size_t N = hn::Lanes(d);
+    float v[16];
+#define CLEF_STORE(j) hn::StoreU(a##j, d, v + j * N);
+    CLEF_VECS16(N, CLEF_STORE)
+#undef CLEF_STORE
+    return lane_sum(v);
+#else
     constexpr size_t N = hn::MaxLanes(D());
     static_assert(N == 4 || N == 8 || N == 16);
     const hn::CappedTag<float, 4> d4;
     hn::Vec<decltype(d4)> c;
     if constexpr (N == 16) {
         const hn::Half<D> d8;
-        const auto b = hn::Add(hn::LowerHalf(d8, acc[0]), hn::UpperHalf(d8, acc[0]));
+        const auto b = hn::Add(hn::LowerHalf(d8, a0), hn::UpperHalf(d8, a0));
         c = hn::Add(hn::LowerHalf(d4, b), hn::UpperHalf(d4, b));
+        (void)a1, (void)a2, (void)a3;
     } else if constexpr (N == 8) {
-        const auto b = hn::Add(acc[0], acc[1]);
+        const auto b = hn::Add(a0, a1);
         c = hn::Add(hn::LowerHalf(d4, b), hn::UpperHalf(d4, b));
+        (void)a2, (void)a3;
     } else {
-        c = hn::Add(hn::Add(acc[0], acc[2]), hn::Add(acc[1], acc[3]));
+        c = hn::Add(hn::Add(a0, a2), hn::Add(a1, a3));
     }
     HWY_ALIGN float t[4];
     hn::Store(c, d4, t);
+    (void)d;
     return (t[0] + t[2]) + (t[1] + t[3]);
+#endif
 }
 
 // A sum of integer-valued lanes (every partial sum below 2^24, so exact in any order).
@@ -238,25 +253,30 @@ HWY_INLINE int int_sum(DF df, VF v) {
 
 // ScalarSearch's sums, 16 values per step. Not HWY_INLINE (always_inline): the search template that calls
 // them is compiled for the default target, which could not inline them (see FitScaleMin).
+// The 16 lanes of a sum are 16 / N vectors, named (ops/named_vectors.h): value j * N + i of every 16 in lane
+// i of slx<j> or e<j>.
 struct VecSearch {
     static LevelStats affine_stats(const float* x, int n, float k, float c, float nmax) {
         const DF df;
         const int N = static_cast<int>(hn::Lanes(df));
         const VF kv = hn::Set(df, k), cv = hn::Set(df, c), lo = hn::Zero(df), hi = hn::Set(df, nmax);
-        VF sl = hn::Zero(df), sll = hn::Zero(df), slx[16];
-        for (VF& v : slx) v = hn::Zero(df);
-        for (int i = 0; i < n; i += 16)
-            for (int j = 0; j * N < 16; ++j) {
-                const VF xv = hn::LoadU(df, x + i + j * N);
-                const VF l = level(df, hn::Mul(kv, hn::Sub(xv, cv)), lo, hi);
-                sl = hn::Add(sl, l);
-                sll = hn::Add(sll, hn::Mul(l, l));
-                slx[j] = hn::Add(slx[j], hn::Mul(l, xv));
-            }
+        VF sl = hn::Zero(df), sll = sl, slx0 = sl, slx1 = sl, slx2 = sl, slx3 = sl;
+        for (int i = 0; i < n; i += 16) {
+#define CLEF_STEP(j)                                                  \
+    {                                                                 \
+        const VF xv = hn::LoadU(df, x + i + j * N);                   \
+        const VF l = level(df, hn::Mul(kv, hn::Sub(xv, cv)), lo, hi); \
+        sl = hn::Add(sl, l);                                          \
+        sll = hn::Add(sll, hn::Mul(l, l));                            \
+        slx##j = hn::Add(slx##j, hn::Mul(l, xv));                     \
+    }
+            CLEF_VECS16(N, CLEF_STEP)
+#undef CLEF_STEP
+        }
         LevelStats st;
         st.sl = int_sum(df, sl);
         st.sll = int_sum(df, sll);
-        st.slx = sum16(df, slx);
+        st.slx = sum16(df, slx0, slx1, slx2, slx3);
         return st;
     }
     static float affine_err(const float* x, int n, float k, float c, float nmax, float s) {
@@ -264,46 +284,53 @@ struct VecSearch {
         const int N = static_cast<int>(hn::Lanes(df));
         const VF kv = hn::Set(df, k), cv = hn::Set(df, c), sv = hn::Set(df, s), lo = hn::Zero(df),
                  hi = hn::Set(df, nmax);
-        VF e[16];
-        for (VF& v : e) v = hn::Zero(df);
-        for (int i = 0; i < n; i += 16)
-            for (int j = 0; j * N < 16; ++j) {
-                const VF xv = hn::LoadU(df, x + i + j * N);
-                const VF l = level(df, hn::Mul(kv, hn::Sub(xv, cv)), lo, hi);
-                const VF diff = hn::Sub(hn::Add(hn::Mul(sv, l), cv), xv);
-                e[j] = hn::Add(e[j], hn::Mul(diff, diff));
-            }
-        return sum16(df, e);
+        VF e0 = hn::Zero(df), e1 = e0, e2 = e0, e3 = e0;
+        for (int i = 0; i < n; i += 16) {
+#define CLEF_STEP(j)                                                  \
+    {                                                                 \
+        const VF xv = hn::LoadU(df, x + i + j * N);                   \
+        const VF l = level(df, hn::Mul(kv, hn::Sub(xv, cv)), lo, hi); \
+        const VF diff = hn::Sub(hn::Add(hn::Mul(sv, l), cv), xv);     \
+        e##j = hn::Add(e##j, hn::Mul(diff, diff));                    \
+    }
+            CLEF_VECS16(N, CLEF_STEP)
+#undef CLEF_STEP
+        }
+        return sum16(df, e0, e1, e2, e3);
     }
     static LevelStats sym_stats(const float* x, float s) {
         const DF df;
         const int N = static_cast<int>(hn::Lanes(df));
         const VF sv = hn::Set(df, s), lo = hn::Set(df, -32.f), hi = hn::Set(df, 31.f);
-        VF sll = hn::Zero(df), slx[16];
-        for (VF& v : slx) v = hn::Zero(df);
-        for (int j = 0; j * N < 16; ++j) {
-            const VF xv = hn::LoadU(df, x + j * N);
-            const VF l = level(df, hn::Div(xv, sv), lo, hi);
-            sll = hn::Add(sll, hn::Mul(l, l));
-            slx[j] = hn::Add(slx[j], hn::Mul(l, xv));
-        }
+        VF sll = hn::Zero(df), slx0 = sll, slx1 = sll, slx2 = sll, slx3 = sll;
+#define CLEF_STEP(j)                                     \
+    {                                                    \
+        const VF xv = hn::LoadU(df, x + j * N);          \
+        const VF l = level(df, hn::Div(xv, sv), lo, hi); \
+        sll = hn::Add(sll, hn::Mul(l, l));               \
+        slx##j = hn::Add(slx##j, hn::Mul(l, xv));        \
+    }
+        CLEF_VECS16(N, CLEF_STEP)
+#undef CLEF_STEP
         LevelStats st;
         st.sll = int_sum(df, sll);
-        st.slx = sum16(df, slx);
+        st.slx = sum16(df, slx0, slx1, slx2, slx3);
         return st;
     }
     static float sym_err(const float* x, float s) {
         const DF df;
         const int N = static_cast<int>(hn::Lanes(df));
         const VF sv = hn::Set(df, s), lo = hn::Set(df, -32.f), hi = hn::Set(df, 31.f);
-        VF e[16];
-        for (VF& v : e) v = hn::Zero(df);
-        for (int j = 0; j * N < 16; ++j) {
-            const VF xv = hn::LoadU(df, x + j * N);
-            const VF diff = hn::Sub(hn::Mul(sv, level(df, hn::Div(xv, sv), lo, hi)), xv);
-            e[j] = hn::Add(e[j], hn::Mul(diff, diff));
-        }
-        return sum16(df, e);
+        VF e0 = hn::Zero(df), e1 = e0, e2 = e0, e3 = e0;
+#define CLEF_STEP(j)                                                                  \
+    {                                                                                 \
+        const VF xv = hn::LoadU(df, x + j * N);                                       \
+        const VF diff = hn::Sub(hn::Mul(sv, level(df, hn::Div(xv, sv), lo, hi)), xv); \
+        e##j = hn::Add(e##j, hn::Mul(diff, diff));                                    \
+    }
+        CLEF_VECS16(N, CLEF_STEP)
+#undef CLEF_STEP
+        return sum16(df, e0, e1, e2, e3);
     }
 };
 

@@ -2,7 +2,7 @@
 // the one dispatch picks on this CPU, and a way to force one (tests, measurements).
 //
 // Every hand-written vector kernel is compiled once per Highway target (src/ops/simd_kernels.cpp) and called
-// through HWY_DYNAMIC_DISPATCH, so the same source serves SSE4, AVX2, AVX-512 and NEON. The environment
+// through HWY_DYNAMIC_DISPATCH, so the same source serves SSE4, AVX2, AVX-512, NEON and SVE. The environment
 // variable CLEF_MAX_ISA (see ops/cpu.h) caps the targets as it caps oneDNN.
 #pragma once
 

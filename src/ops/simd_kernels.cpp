@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "ops/cpu.h"
+#include "ops/named_vectors.h"
 #include "ops/simd.h"
 #include "ops/simd_kernels.h"
 
@@ -36,36 +37,48 @@ HWY_INLINE hn::Vec<DF> load_weights(DF df, const void* panel, int64_t offset) {
     }
 }
 
+// Row r of a strip, columns [0, ncols): the two vectors, whole or through tmp.
+HWY_INLINE void store_row(DF df, hn::Vec<DF> v0, hn::Vec<DF> v1, int ncols, float* y, float* tmp) {
+    const int N = static_cast<int>(hn::Lanes(df));
+    if (ncols >= 2 * N) {
+        hn::StoreU(v0, df, y);
+        hn::StoreU(v1, df, y + N);
+    } else {
+        hn::Store(v0, df, tmp);
+        hn::Store(v1, df, tmp + N);
+        std::memcpy(y, tmp, static_cast<size_t>(ncols) * sizeof(float));
+    }
+}
+
 // Rows [0, MR) x columns [col0, col0 + 2N) of one panel: 2 * MR accumulators (12 at MR = 6, which with two
-// weight vectors and a broadcast fits AVX2's 16 registers).
+// weight vectors and a broadcast fits AVX2's 16 registers), named locals (ops/named_vectors.h).
 template <int MR, int kType>
 HWY_INLINE void panel_strip(const float* x, int64_t k, const void* panel, int col0, int ncols, float* y,
                             int64_t ldy) {
+    static_assert(MR >= 1 && MR <= 6);
     const DF df;
     const int N = static_cast<int>(hn::Lanes(df));
-    hn::Vec<DF> acc0[MR], acc1[MR];
-    for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = hn::Zero(df);
+    // Row r: acc<r>0 (columns [0, N)) and acc<r>1 ([N, 2N)); rows from MR on are not used.
+    auto acc00 = hn::Zero(df), acc01 = acc00, acc10 = acc00, acc11 = acc00, acc20 = acc00, acc21 = acc00,
+         acc30 = acc00, acc31 = acc00, acc40 = acc00, acc41 = acc00, acc50 = acc00, acc51 = acc00;
     for (int64_t t = 0; t < k; ++t) {
         const int64_t off = t * kPanelCols + col0;
         const auto w0 = load_weights<kType>(df, panel, off);
         const auto w1 = load_weights<kType>(df, panel, off + N);
-        for (int i = 0; i < MR; ++i) {
-            const auto xb = hn::Set(df, x[i * k + t]);
-            acc0[i] = hn::MulAdd(xb, w0, acc0[i]);
-            acc1[i] = hn::MulAdd(xb, w1, acc1[i]);
-        }
+#define CLEF_ROW(r)                                \
+    if constexpr (r < MR) {                        \
+        const auto xb = hn::Set(df, x[r * k + t]); \
+        acc##r##0 = hn::MulAdd(xb, w0, acc##r##0); \
+        acc##r##1 = hn::MulAdd(xb, w1, acc##r##1); \
+    }
+        CLEF_ROWS6(CLEF_ROW)
+#undef CLEF_ROW
     }
     HWY_ALIGN float tmp[2 * 16];
-    for (int i = 0; i < MR; ++i) {
-        if (ncols >= 2 * N) {
-            hn::StoreU(acc0[i], df, y + i * ldy);
-            hn::StoreU(acc1[i], df, y + i * ldy + N);
-        } else {
-            hn::Store(acc0[i], df, tmp);
-            hn::Store(acc1[i], df, tmp + N);
-            std::memcpy(y + i * ldy, tmp, static_cast<size_t>(ncols) * sizeof(float));
-        }
-    }
+#define CLEF_ROW(r) \
+    if constexpr (r < MR) store_row(df, acc##r##0, acc##r##1, ncols, y + r * ldy, tmp);
+    CLEF_ROWS6(CLEF_ROW)
+#undef CLEF_ROW
 }
 
 template <int kType>
@@ -107,26 +120,38 @@ void PanelBlock(const float* x, int64_t k, const void* panel, PanelType type, in
 template <int MR, bool kTwo>
 HWY_INLINE void small_block(int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
                             float* c, int64_t ldc) {
+    static_assert(MR >= 1 && MR <= 6);
     const DF df;
     const size_t N = hn::Lanes(df);
-    hn::Vec<DF> acc0[MR], acc1[MR];
-    for (int r = 0; r < MR; ++r) {
-        acc0[r] = hn::LoadU(df, c + r * ldc);
-        if constexpr (kTwo) acc1[r] = hn::LoadU(df, c + r * ldc + N);
+    // Row r: acc<r>0 (columns [0, N)) and, if kTwo, acc<r>1 ([N, 2N)); rows from MR on are not used.
+    auto acc00 = hn::Zero(df), acc01 = acc00, acc10 = acc00, acc11 = acc00, acc20 = acc00, acc21 = acc00,
+         acc30 = acc00, acc31 = acc00, acc40 = acc00, acc41 = acc00, acc50 = acc00, acc51 = acc00;
+#define CLEF_ROW(r)                                                     \
+    if constexpr (r < MR) {                                             \
+        acc##r##0 = hn::LoadU(df, c + r * ldc);                         \
+        if constexpr (kTwo) acc##r##1 = hn::LoadU(df, c + r * ldc + N); \
     }
+    CLEF_ROWS6(CLEF_ROW)
+#undef CLEF_ROW
     for (int64_t t = 0; t < k; ++t) {
         const auto b0 = hn::LoadU(df, b + t * ldb);
         const auto b1 = kTwo ? hn::LoadU(df, b + t * ldb + N) : b0;
-        for (int r = 0; r < MR; ++r) {
-            const auto av = hn::Set(df, alpha * a[r * lda + t]);
-            acc0[r] = hn::MulAdd(av, b0, acc0[r]);
-            if constexpr (kTwo) acc1[r] = hn::MulAdd(av, b1, acc1[r]);
-        }
+#define CLEF_ROW(r)                                                    \
+    if constexpr (r < MR) {                                            \
+        const auto av = hn::Set(df, alpha * a[r * lda + t]);           \
+        acc##r##0 = hn::MulAdd(av, b0, acc##r##0);                     \
+        if constexpr (kTwo) acc##r##1 = hn::MulAdd(av, b1, acc##r##1); \
     }
-    for (int r = 0; r < MR; ++r) {
-        hn::StoreU(acc0[r], df, c + r * ldc);
-        if constexpr (kTwo) hn::StoreU(acc1[r], df, c + r * ldc + N);
+        CLEF_ROWS6(CLEF_ROW)
+#undef CLEF_ROW
     }
+#define CLEF_ROW(r)                                                     \
+    if constexpr (r < MR) {                                             \
+        hn::StoreU(acc##r##0, df, c + r * ldc);                         \
+        if constexpr (kTwo) hn::StoreU(acc##r##1, df, c + r * ldc + N); \
+    }
+    CLEF_ROWS6(CLEF_ROW)
+#undef CLEF_ROW
 }
 
 template <int MR>
