@@ -4,6 +4,7 @@
 // refusals. Bounds per type are documented in docs/GGUF.md.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -14,12 +15,15 @@
 #include "decision/engine.h"
 #include "decision/prompt.h"
 #include "decision/request.h"
+#include "device/linear.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
 #include "model/backbone.h"
 #include "model/gguf_model.h"
+#include "ops/basic.h"
 #include "ops/gemm.h"
 #include "quant/quant.h"
+#include "small_model.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/gguf_convert.h"
@@ -196,21 +200,94 @@ TEST(Convert, TokenizerRoundTrip) {
         EXPECT_EQ(gg.encode(s), hf.encode(s)) << s;
 }
 
-// Bounds: f16/bf16 = the fixture's fp32 probability tolerance; the quantised types measured on this case
+// Bounds: f32/f16/bf16 = the fixture's fp32 probability tolerance; the quantised types measured on this case
 // (docs/GGUF.md: q8_0 and q6_k (q8_0 here) 0.012, q5_k_m 0.042, q4_k_m 0.081, iq4_xs (iq4_nl here) 0.122,
 // q4_0 0.083, q3_k_m 0.093, q2_k (q4_0 / q5_0 here) 0.083) plus a margin: the tiny model's 32-128 wide rows
 // make the 256-value types fall back (llama.cpp's rule). Every case against the BF16 path:
 // Q8_0ParityOverAllCases.
 TEST(Convert, EveryTypeEndToEnd) {
-    const std::pair<const char*, double> types[] = {
-        {"bf16", 2e-5},   {"f16", 2e-5},    {"q8_0", 0.02}, {"q6_k", 0.02},   {"q5_k_m", 0.08},
-        {"q4_k_m", 0.12}, {"iq4_xs", 0.16}, {"q4_0", 0.12}, {"q3_k_m", 0.14}, {"q2_k", 0.12}};
+    const std::pair<const char*, double> types[] = {{"bf16", 2e-5},   {"f16", 2e-5},    {"f32", 2e-5},
+                                                    {"q8_0", 0.02},   {"q6_k", 0.02},   {"q5_k_m", 0.08},
+                                                    {"q4_k_m", 0.12}, {"iq4_xs", 0.16}, {"q4_0", 0.12},
+                                                    {"q3_k_m", 0.14}, {"q2_k", 0.12}};
     for (const auto& [type, bound] : types) {
         SCOPED_TRACE(type);
         const std::unique_ptr<Engine> e = Engine::load(converted(type));
         const double d = max_probability_diff(*e);
         std::printf("%-7s max |dp| vs safetensors: %.6f\n", type, d);
         EXPECT_LE(d, bound);
+    }
+}
+
+// The resident bytes of this process's mappings of `path` (the "Rss:" lines of its areas in
+// /proc/self/smaps).
+uint64_t mapped_rss(const std::string& path) {
+    std::ifstream in("/proc/self/smaps");
+    const std::string want = fs::canonical(path).string();
+    uint64_t kib = 0;
+    bool mine = false;
+    for (std::string line; std::getline(in, line);) {
+        if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') < 16) {
+            const size_t at =
+                line.find('/');  // an area's first line: "start-end perms offset dev inode path"
+            mine = at != std::string::npos && line.substr(at) == want;
+        } else if (mine && line.rfind("Rss:", 0) == 0) {
+            kib += std::stoull(line.substr(4));
+        }
+    }
+    return kib * 1024;
+}
+
+// Memory of every GGUF type: after loading and one decision, what the process holds of the file (its resident
+// pages) plus what the backbone packed from it stays within the file size + 10 %. A float matrix is packed
+// once and its mapped pages dropped (the reference path reads the file again if asked), block-quantised ones
+// are read from the mapping (streamed), a BF16 one may be used in place. The small model (256-wide rows: its
+// projections are most of the file, whole pages each). Before device/linear.cpp dropped them, an F16 / F32
+// file kept its pages, an fp32 reference copy and the panels (4-layer flash-shaped model, F16: peak RSS
+// 8,702 MiB for a 5,535 MiB file; docs/GGUF.md "Memory per file type").
+TEST(Convert, WeightsHeldWithinTheFileSize) {
+    for (const char* type : {"bf16", "f16", "f32", "q8_0", "q4_k_m"}) {
+        SCOPED_TRACE(type);
+        const std::string path = clef::testing::small_gguf(out_dir(), type);
+        const std::unique_ptr<Engine> e = Engine::load(path);
+        const Decision d = e->decide(e2e_requests().at(0));
+        ASSERT_FALSE(d.probabilities.empty());
+        const uint64_t mapped = mapped_rss(path), packed = e->backbone().packed_weight_bytes(),
+                       file = fs::file_size(path);
+        std::printf("%-7s file %8llu B, resident of it %8llu B, packed %8llu B\n", type,
+                    static_cast<unsigned long long>(file), static_cast<unsigned long long>(mapped),
+                    static_cast<unsigned long long>(packed));
+        EXPECT_GT(mapped, 0u) << "the file is mapped while the engine lives";
+        EXPECT_LE(mapped + packed, file + file / 10);
+    }
+}
+
+// A layer built from a mapped F16 / F32 / BF16 GGUF matrix keeps no copy for its reference path: it reads
+// the file (its pages dropped once packed, so they are read back). Both paths against a float64 product of
+// the file's values, and the reference equal to ops::linear over an fp32 copy (the oracle's arithmetic).
+TEST(Convert, FloatMatrixReferenceReadsTheFile) {
+    for (const char* type : {"f16", "f32", "bf16"}) {
+        SCOPED_TRACE(type);
+        const GgufFile f = GgufFile::open(clef::testing::small_gguf(out_dir(), type));
+        const GgufTensorInfo* t = f.find_tensor("blk.0.ffn_down.weight");
+        ASSERT_NE(t, nullptr);
+        const TensorView v = gguf_tensor_view(f, *t, "down");
+        ASSERT_TRUE(v.mapped);
+        const std::vector<float> w = v.to_f32();
+        const int64_t n = v.shape[0], k = v.shape[1], m = 3;
+        std::vector<float> x(static_cast<size_t>(m * k)), y(static_cast<size_t>(m * n)), want(y.size());
+        for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.11f * static_cast<float>(i));
+        ops::linear(x.data(), m, k, w.data(), n, nullptr, want.data());
+        const Linear l(v, LinearPath::Both);
+        l.forward(x.data(), m, y.data(), true);
+        EXPECT_EQ(y, want);
+        l.forward(x.data(), m, y.data(), false);
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                double exact = 0;
+                for (int64_t c = 0; c < k; ++c) exact += static_cast<double>(x[i * k + c]) * w[j * k + c];
+                ASSERT_NEAR(y[i * n + j], exact, 1e-4 * std::sqrt(static_cast<double>(k))) << i << "," << j;
+            }
     }
 }
 

@@ -7,6 +7,7 @@
 #include "ops/cpu.h"
 #include "quant/levels.h"
 #include "util/error.h"
+#include "util/half.h"
 #include "util/mmap.h"
 
 namespace clef {
@@ -19,6 +20,38 @@ bool wants_fast(LinearPath p) {
 bool wants_reference(LinearPath p) {
     return p != LinearPath::Fast;
 }
+bool aligned(const void* p, size_t n) {
+    return reinterpret_cast<uintptr_t>(p) % n == 0;
+}
+
+// A BF16 / F16 / F32 tensor the reference path reads as it is stored (other dtypes go through fp32).
+bool stored_float(const TensorView& t) {
+    return (t.dtype == DType::BF16 || t.dtype == DType::F16 || t.dtype == DType::F32) &&
+           aligned(t.data, dtype_size(t.dtype));
+}
+
+// F16 / F32 rows of a matrix stored in another row order or layout (a GGUF tensor's row maps), gathered into
+// one buffer of their own type (exact: the values are that type's) and packed from it.
+ops::PackedLinear pack_float_matrix(const QuantMatrix& m) {
+    const size_t n = static_cast<size_t>(m.rows * m.cols);
+    if (m.type == GgmlType::F32) {
+        std::vector<float> w(n);
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < m.rows; ++r) m.row_f32(r, w.data() + r * m.cols);
+        return ops::PackedLinear({w.data(), ops::WeightType::F32}, m.rows, m.cols);
+    }
+    std::vector<uint16_t> w(n);
+#pragma omp parallel
+    {
+        std::vector<float> row(static_cast<size_t>(m.cols));
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < m.rows; ++r) {
+            m.row_f32(r, row.data());
+            for (int64_t c = 0; c < m.cols; ++c) w[static_cast<size_t>(r * m.cols + c)] = f32_to_f16(row[c]);
+        }
+    }
+    return ops::PackedLinear({w.data(), ops::WeightType::F16}, m.rows, m.cols);
+}
 
 }  // namespace
 
@@ -28,12 +61,9 @@ Linear::~Linear() = default;
 
 Linear::Linear(const TensorView& t, LinearPath path, std::vector<float> bias, bool int8)
     : out_(t.shape.at(0)), in_(t.numel() / std::max<int64_t>(t.shape.at(0), 1)), bias_(std::move(bias)) {
-    const bool aligned16 = reinterpret_cast<uintptr_t>(t.data) % alignof(uint16_t) == 0;
-    if (int8 && wants_fast(path)) {
-        if (t.dtype == DType::BF16 && aligned16 && path == LinearPath::Both)
-            bf16_ = reinterpret_cast<const uint16_t*>(t.data);
-        else if (wants_reference(path))
-            f32_ = t.to_f32();
+    if (wants_reference(path)) keep_reference(t);
+    if (!wants_fast(path)) return;
+    if (int8) {
         const size_t es = dtype_size(t.dtype);
         int8_ = ops::Int8Linear(
             [&t, es, this](int64_t r0, int64_t n, float* out) {
@@ -41,31 +71,36 @@ Linear::Linear(const TensorView& t, LinearPath path, std::vector<float> bias, bo
                                static_cast<size_t>(n * in_), out);
             },
             out_, in_, false);
-        // Quantised at load: the mapped copy need not stay resident (the reference path faults it back in).
-        drop_mapped_pages(t.data, t.nbytes);
-        return;
-    }
-    if (t.dtype == DType::BF16 && aligned16 && path != LinearPath::Reference) {
-        if (path == LinearPath::Both) bf16_ = reinterpret_cast<const uint16_t*>(t.data);
-        if (!wants_fast(path)) return;
-        // Used in place from the mapped checkpoint (no copy) where the backend allows.
+    } else if (t.dtype == DType::BF16 && aligned(t.data, 2)) {
+        // A mapped checkpoint is used in place (no copy) where the backend allows.
         packed_ = ops::PackedLinear({t.data, ops::WeightType::BF16}, out_, in_, ops::GemmBackend::Auto,
-                                    ops::Residency::InPlace);
-        // Packed into the own kernels' panels instead: the mapped copy need not stay resident (the reference
-        // path, when asked, faults it back in).
-        if (packed_.packed_bytes() > 0) drop_mapped_pages(t.data, static_cast<size_t>(out_ * in_) * 2);
+                                    t.mapped ? ops::Residency::InPlace : ops::Residency::Packed);
+        if (packed_.packed_bytes() == 0) return;
+    } else if (t.dtype == DType::F16 && aligned(t.data, 2)) {
+        packed_ = ops::PackedLinear({t.data, ops::WeightType::F16}, out_, in_);
+    } else if (t.dtype == DType::F32 && aligned(t.data, 4)) {
+        packed_ =
+            ops::PackedLinear({reinterpret_cast<const float*>(t.data), ops::WeightType::F32}, out_, in_);
+    } else {
+        const std::vector<float> w = t.to_f32();
+        packed_ = ops::PackedLinear({w.data(), ops::WeightType::F32}, out_, in_);
+    }
+    // Packed (or quantised): the mapped copy need not stay resident (the reference path faults it back in).
+    if (t.mapped) drop_mapped_pages(t.data, t.nbytes);
+}
+
+// The reference path reads a mapped float tensor where it is, and keeps a copy of anything else (in its own
+// type where that is BF16 / F16 / F32, else in fp32).
+void Linear::keep_reference(const TensorView& t) {
+    if (!stored_float(t)) {
+        f32_ = t.to_f32();
         return;
     }
-    if (t.dtype == DType::F16 && aligned16 && !wants_reference(path)) {
-        packed_ = ops::PackedLinear({t.data, ops::WeightType::F16}, out_, in_);
-        return;
-    }
-    f32_ = t.to_f32();
-    if (t.dtype == DType::F16 && aligned16)
-        packed_ = ops::PackedLinear({t.data, ops::WeightType::F16}, out_, in_);
-    else if (wants_fast(path))
-        packed_ = ops::PackedLinear({f32_.data(), ops::WeightType::F32}, out_, in_);
-    if (!wants_reference(path)) std::vector<float>().swap(f32_);
+    ref_dtype_ = t.dtype;
+    ref_ = t.data;
+    if (t.mapped) return;
+    ref_copy_.assign(t.data, t.data + t.nbytes);
+    ref_ = ref_copy_.data();
 }
 
 Linear::Linear(const QuantMatrix& q, LinearPath path, ops::Residency residency, std::vector<float> bias,
@@ -91,6 +126,11 @@ Linear::Linear(const QuantMatrix& q, LinearPath path, ops::Residency residency, 
                 },
                 out_, in_, streamed);
         if (!int8_.streamed()) m.drop_pages();
+        return;
+    }
+    if (m.type == GgmlType::F16 || m.type == GgmlType::F32) {
+        packed_ = pack_float_matrix(m);  // fp32-exact, as a checkpoint of that type
+        m.drop_pages();
         return;
     }
     packed_ = ops::PackedLinear(
@@ -125,9 +165,16 @@ void Linear::forward(const float* x, int64_t m, float* y, bool reference, ops::P
 void Linear::reference_forward(const float* x, int64_t m, float* y) const {
     const float* b = bias_.empty() ? nullptr : bias_.data();
     if (quant_) {
-        reference_quant(x, m, y);
-    } else if (bf16_) {
-        ops::linear_bf16(x, m, in_, bf16_, out_, b, y);
+        reference_rows(x, m, y, [this](int64_t r, float* dst) { quant_->row_f32(r, dst); });
+    } else if (ref_ && ref_dtype_ == DType::BF16) {
+        ops::linear_bf16(x, m, in_, reinterpret_cast<const uint16_t*>(ref_), out_, b, y);
+    } else if (ref_ && ref_dtype_ == DType::F32) {
+        ops::linear(x, m, in_, reinterpret_cast<const float*>(ref_), out_, b, y);
+    } else if (ref_) {
+        reference_rows(x, m, y, [this](int64_t r, float* dst) {
+            convert_to_f32(ref_dtype_, ref_ + static_cast<size_t>(r * in_) * 2, static_cast<size_t>(in_),
+                           dst);
+        });
     } else if (!f32_.empty()) {
         ops::linear(x, m, in_, f32_.data(), out_, b, y);
     } else {
@@ -135,13 +182,15 @@ void Linear::reference_forward(const float* x, int64_t m, float* y) const {
     }
 }
 
-// y = x · Wᵀ + b through the oracle ops::linear, on blocks of rows dequantised to fp32.
-void Linear::reference_quant(const float* x, int64_t m, float* y) const {
+// y = x · Wᵀ + b through the oracle ops::linear, on blocks of rows converted to fp32 by row(r, dst) (each
+// output is the same dot product as over the whole matrix).
+void Linear::reference_rows(const float* x, int64_t m, float* y,
+                            const std::function<void(int64_t, float*)>& row) const {
     constexpr int64_t kBlock = 64;
     std::vector<float> w(static_cast<size_t>(kBlock * in_)), yb(static_cast<size_t>(m * kBlock));
     for (int64_t r0 = 0; r0 < out_; r0 += kBlock) {
         const int64_t nb = std::min(kBlock, out_ - r0);
-        for (int64_t i = 0; i < nb; ++i) quant_->row_f32(r0 + i, w.data() + i * in_);
+        for (int64_t i = 0; i < nb; ++i) row(r0 + i, w.data() + i * in_);
         ops::linear(x, m, in_, w.data(), nb, bias_.empty() ? nullptr : bias_.data() + r0, yb.data());
         for (int64_t t = 0; t < m; ++t)
             std::memcpy(y + t * out_ + r0, yb.data() + t * nb, static_cast<size_t>(nb) * sizeof(float));

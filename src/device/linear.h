@@ -5,13 +5,16 @@
 // blocks, Precision::Int8) whatever precision a forward asks for, its weights quantised once at load (a float
 // tensor, or a quantised matrix held Packed) or per forward from the mapped file (Streamed).
 //   Fast       ops::PackedLinear only (packed once, used in place, or streamed from a quantised file);
-//   Reference  the scalar oracle only (ops::linear on an fp32 copy; quantised rows dequantised block by
-//   block); Both       both, for the backbone, whose callers pick per forward (its reference costs no memory:
-//   it reads
-//              BF16 rows from the mapped checkpoint through ops::linear_bf16).
+//   Reference  the scalar oracle only;
+//   Both       both, for the backbone, whose callers pick per forward.
+// The reference path costs no memory for a mapped tensor: it reads BF16 / F16 / F32 rows where the checkpoint
+// is mapped (ops::linear_bf16, ops::linear, F16 rows converted block by block) and quantised rows dequantised
+// block by block. Once packed, a mapped tensor's pages are dropped (re-read from the file if the reference
+// path runs), so a layer holds about its panels.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -29,8 +32,9 @@ enum class LinearPath { Fast, Reference, Both };
 class Linear : public dev::Matrix {
 public:
     Linear() = default;
-    // w [out][in] in a float dtype (BF16 / F16 packed from the mapped bytes, or used in place where the GEMM
-    // backend can; other dtypes through fp32). The tensor's storage must outlive the layer.
+    // w [out][in] in a float dtype (BF16 / F16 / F32 packed from the mapped bytes, or used in place where the
+    // GEMM backend can; other dtypes through fp32). A mapped tensor's file must outlive the layer; what is
+    // not mapped (TensorView::mapped) is copied where the layer keeps it.
     Linear(const TensorView& w, LinearPath path, std::vector<float> bias = {}, bool int8 = false);
     // A quantised matrix: packed from rows dequantised to bf16, or (residency Streamed) dequantised again on
     // every forward from the mapped file. The matrix's owner keeps its storage alive.
@@ -46,7 +50,8 @@ public:
     int64_t out() const override { return out_; }
     int64_t in() const override { return in_; }
     const std::vector<float>& bias() const { return bias_; }
-    // The fp32 weights when kept (the reference path of an fp32 layer, or keep_f32), else nullptr.
+    // The fp32 weights given to the fp32 constructor when kept (its reference path, or keep_f32), else
+    // nullptr.
     const float* f32() const { return f32_.empty() ? nullptr : f32_.data(); }
     size_t packed_bytes() const { return packed_.packed_bytes() + int8_.packed_bytes(); }
     size_t resident_bytes() const override { return packed_bytes(); }
@@ -60,14 +65,19 @@ public:
                  ops::Precision p = ops::Precision::Exact) const;
 
 private:
+    void keep_reference(const TensorView& t);
     void reference_forward(const float* x, int64_t m, float* y) const;
-    void reference_quant(const float* x, int64_t m, float* y) const;
+    void reference_rows(const float* x, int64_t m, float* y,
+                        const std::function<void(int64_t, float*)>& row) const;
 
     int64_t out_ = 0, in_ = 0;
     std::vector<float> bias_;
     std::unique_ptr<QuantMatrix> quant_;  // reference rows of a quantised layer (and the streamed provider's)
-    const uint16_t* bf16_ = nullptr;      // reference rows of a BF16 layer, in place
-    std::vector<float> f32_;
+    // The reference rows of a BF16 / F16 / F32 tensor: where it is mapped, else in ref_copy_.
+    const unsigned char* ref_ = nullptr;
+    DType ref_dtype_ = DType::F32;
+    std::vector<unsigned char> ref_copy_;
+    std::vector<float> f32_;  // the reference rows of any other dtype, or the fp32 values given
     ops::PackedLinear packed_;
     ops::Int8Linear int8_;
 };

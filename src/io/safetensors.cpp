@@ -207,6 +207,7 @@ TensorView read_tensor(const DataSection& data, const std::string& name, const n
     TensorView t;
     t.name = name;
     t.file = data.path;
+    t.mapped = true;
     if (!parse_dtype(dt->get<std::string>(), t.dtype))
         throw tfail("unknown dtype '" + dt->get<std::string>() + "'");
     const unsigned __int128 numel = read_shape(data.path, name, *sh, t.shape);

@@ -30,8 +30,11 @@ struct TensorView {
     std::string name;
     DType dtype = DType::F32;
     std::vector<int64_t> shape;
-    const unsigned char* data = nullptr;  // points into the mapped file
+    const unsigned char* data = nullptr;  // points into the mapped file (or memory of its owner's)
     size_t nbytes = 0;
+    // data lies in a read-only file mapping, so a consumer that has copied it may drop its pages
+    // (util/mmap.h drop_mapped_pages: re-read from the file on use); false for memory an owner filled.
+    bool mapped = false;
     std::string file;  // the file it lives in (for error messages)
 
     int64_t numel() const;

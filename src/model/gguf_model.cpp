@@ -185,15 +185,14 @@ void add_text_tensor(const std::shared_ptr<GgufFile>& f, const TensorSpec& s, co
                      WeightSource& out) {
     const GgufTensorInfo& t = find_tensor(*f, s.gguf);
     const std::vector<int64_t> shape = hf_shape(*f, t, s.layout);
-    const auto type = static_cast<GgmlType>(t.ggml_type);
     if (gguf_float_type(t) && s.layout == GgufLayout::Same) {
         out.add_view(gguf_tensor_view(*f, t, s.hf));
         return;
     }
     require_supported(*f, t);
-    // Matrices in a block format (and BF16 ones with a tiled layout) stay in the file, read row by row.
+    // Matrices in a block format (and float ones with a tiled layout) stay in the file, read row by row.
     const bool matrix = t.dims.size() == 2 && t.dims[1] > 1 && s.layout != GgufLayout::ConvV;
-    if (matrix && (ggml_type_traits(t.ggml_type).block_size > 1 || type == GgmlType::BF16)) {
+    if (matrix && (ggml_type_traits(t.ggml_type).block_size > 1 || gguf_float_type(t))) {
         out.add_matrix(s.hf, hf_matrix(f, t, s.layout, g));
         return;
     }
@@ -264,6 +263,7 @@ TensorView gguf_tensor_view(const GgufFile& f, const GgufTensorInfo& t, std::str
     v.data = t.data;
     v.nbytes = static_cast<size_t>(t.n_elements()) * dtype_size(v.dtype);
     v.file = f.path();
+    v.mapped = true;
     return v;
 }
 

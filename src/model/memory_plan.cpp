@@ -53,8 +53,8 @@ uint64_t int8_stream_buffer(int64_t cols) {
 
 // A backbone projection with Precision::Int8 (ops/int8_gemm.h): streamed from the mapping like Exact, or
 // quantised once at load into int8 panels (1.125 bytes per weight; a block-quantised tensor planned at the
-// 1.25 of level panels, which its type may not need; the file's pages dropped); an fp32 checkpoint tensor
-// keeps its reference copy.
+// 1.25 of level panels, which its type may not need; the file's pages dropped); an F64 checkpoint tensor
+// keeps an fp32 reference copy.
 void add_int8_matrix(WeightMemory& w, const TensorSpec& s, const StoredTensor& st,
                      const MemoryPlanInput& in) {
     const int64_t rows = rows_of(s), cols = cols_of(s), kp = (cols + 31) / 32 * 32;
@@ -65,14 +65,14 @@ void add_int8_matrix(WeightMemory& w, const TensorSpec& s, const StoredTensor& s
         return;
     }
     w.packed += u((rows + 63) / 64 * 64) * u(kp + kp / 32 * (st.kind == Kind::Blocks ? 8 : 4));
-    if (st.kind != Kind::Blocks && st.kind != Kind::BF16 && st.kind != Kind::F16)
-        w.packed += u(rows * cols) * kF32;
+    if (st.kind == Kind::F64) w.packed += u(rows * cols) * kF32;
 }
 
-// A projection of the text backbone (model/linear.h, LinearPath::Both) or the vision tower (Fast), by how it
-// is stored (model/linear.cpp): block-quantised ones stream from the mapping unless unpacked; BF16 is used in
-// place by oneDNN or packed into bf16 panels; other float types keep an fp32 copy for the reference path
-// (backbone only) beside fp32 / f16 panels, and the file pages they were read from stay mapped.
+// A projection of the text backbone (device/linear.h, LinearPath::Both) or the vision tower (Fast), by how it
+// is stored (device/linear.cpp): block-quantised ones stream from the mapping unless unpacked; BF16 is used
+// in place by oneDNN or packed into bf16 panels; F16 into f16 panels and F32 / F64 into fp32 ones, from the
+// mapping or (a GGUF tensor in another layout) from its rows. The reference path reads the mapped file, so
+// only an F64 tensor keeps an fp32 copy for it (backbone only); packed, the mapped pages are dropped.
 void add_matrix(WeightMemory& w, uint64_t& slot, const TensorSpec& s, const StoredTensor& st,
                 const MemoryPlanInput& in, bool reference_copy) {
     const int64_t rows = rows_of(s), cols = cols_of(s);
@@ -87,10 +87,8 @@ void add_matrix(WeightMemory& w, uint64_t& slot, const TensorSpec& s, const Stor
     } else if (st.kind == Kind::BF16) {
         (in.onednn ? w.mapped : slot) += in.onednn ? st.bytes : panels16;
     } else {
-        const bool f16_panels = st.kind == Kind::F16 && !tiled;
-        slot += f16_panels ? panels16 : u(panel_rows(rows) * cols) * kF32;
-        if (reference_copy) slot += u(rows * cols) * kF32;       // the reference path's fp32 copy
-        slot += st.bytes + (tiled ? u(rows * cols) * kF32 : 0);  // the source: mapped, or converted (GGUF)
+        slot += st.kind == Kind::F16 ? panels16 : u(panel_rows(rows) * cols) * kF32;
+        if (reference_copy && st.kind == Kind::F64) slot += u(rows * cols) * kF32;
     }
 }
 

@@ -33,7 +33,8 @@ void scatter_row(const void* lv, std::initializer_list<const float*> f, int64_t 
     const auto* l = static_cast<const unsigned char*>(lv);
     for (int64_t b = 0; b < nb; ++b) {
         unsigned char* pb = panel + b * block_bytes;
-        for (int st = 0; st < kI8Block / 4; ++st) std::memcpy(pb + st * 32 + c * 4, l + b * kI8Block + st * 4, 4);
+        for (int st = 0; st < kI8Block / 4; ++st)
+            std::memcpy(pb + st * 32 + c * 4, l + b * kI8Block + st * 4, 4);
         int64_t at = kI8Block * kI8Cols;
         for (const float* a : f) {
             std::memcpy(pb + at + c * 4, a + b, 4);
