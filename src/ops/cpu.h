@@ -27,9 +27,9 @@ struct CpuFeatures {
     bool avx512_bf16 = false;
     bool amx_bf16 = false;
     bool amx_tile = false;
-    bool avx_vnni = false;  // x86 AVX-VNNI (VEX vpdpbusd), with OS support of the AVX state
-    bool avx512_vnni =
-        false;  // x86 AVX512-VNNI (EVEX vpdpbusd), with avx512f, avx512vl and the OS's AVX-512 state
+    // x86 AVX-VNNI (VEX vpdpbusd) with avx2; AVX512-VNNI (EVEX vpdpbusd) with avx512f and avx512vl.
+    bool avx_vnni = false;
+    bool avx512_vnni = false;
     bool asimd_dotprod = false;      // aarch64 FEAT_DotProd (sdot), HWCAP_ASIMDDP
     bool i8mm = false;               // aarch64 FEAT_I8MM (smmla), HWCAP2_I8MM: reported, no kernel uses it
     std::string isa_cap = "native";  // CLEF_MAX_ISA as applied
