@@ -408,7 +408,9 @@ TEST(Int8Quantize, LevelsWithinHalfAStepAndSameBitsOnEveryTarget) {
 
 // The panel kernels' extension (ops/int8_kernels.h) is the one the run expects where it says
 // (CLEF_TEST_INT8_EXTENSION, "none" for none: scripts/test-aarch64's runs under qemu-user with and without
-// FEAT_DotProd), so the tests below are known to have taken that path.
+// FEAT_DotProd, the x86 reruns under CLEF_MAX_ISA=avx2), so the tests below are known to have taken that
+// path. On x86 it is the best VNNI form the CPU has under the cap: the tests below run the VNNI kernels on
+// every CPU with VNNI (on the AVX2 and AVX-512 targets), against the same twins.
 TEST(Int8Panel, KernelExtensionIsTheExpectedOne) {
     const std::string ext = ops::i8::kernel_extension();
     std::printf("  int8 kernel extension: %s (cpu: %s)\n", ext.empty() ? "none" : ext.c_str(),
@@ -416,6 +418,13 @@ TEST(Int8Panel, KernelExtensionIsTheExpectedOne) {
     if (const char* want = std::getenv("CLEF_TEST_INT8_EXTENSION")) {
         EXPECT_EQ(ext.empty() ? "none" : ext, want);
     }
+#if defined(__x86_64__)
+    const ops::CpuFeatures& f = ops::cpu_features();
+    EXPECT_EQ(ext, f.avx512_vnni ? "avx512-vnni" : f.avx_vnni ? "avx-vnni" : "");
+    if (!f.avx2) {
+        EXPECT_FALSE(f.avx_vnni || f.avx512_vnni) << "VNNI without AVX2 (a cap below avx2)";
+    }
+#endif
 }
 
 // One panel of kI8Cols weight rows [ncols][k] quantised as Int8Linear packs them.

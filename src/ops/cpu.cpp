@@ -67,16 +67,15 @@ void apply_cap(CpuFeatures& f) {
 }
 #else
 // CLEF_MAX_ISA levels, lowest first.
-enum class Isa { Baseline, Sse4, Avx2, Avx512, Avx512Bf16, Native };
+enum class Isa { Baseline, Sse4, Avx2, AvxVnni, Avx512, Avx512Vnni, Avx512Bf16, Native };
 
 Isa isa_cap(std::string& name) {
     const char* e = std::getenv("CLEF_MAX_ISA");
     name = e ? e : "native";
-    static const std::pair<const char*, Isa> levels[] = {{"baseline", Isa::Baseline},
-                                                         {"sse4", Isa::Sse4},
-                                                         {"avx2", Isa::Avx2},
-                                                         {"avx512", Isa::Avx512},
-                                                         {"avx512_bf16", Isa::Avx512Bf16}};
+    static const std::pair<const char*, Isa> levels[] = {
+        {"baseline", Isa::Baseline},     {"sse4", Isa::Sse4},     {"avx2", Isa::Avx2},
+        {"avx_vnni", Isa::AvxVnni},      {"avx512", Isa::Avx512}, {"avx512_vnni", Isa::Avx512Vnni},
+        {"avx512_bf16", Isa::Avx512Bf16}};
     for (const auto& [n, level] : levels)
         if (name == n) return level;
     name = "native";
@@ -89,6 +88,8 @@ void apply_cap(CpuFeatures& f) {
     if (cap == Isa::Native) return;
     f.amx_bf16 = f.amx_tile = false;  // every cap is below AMX
     if (cap < Isa::Avx512Bf16) f.avx512_bf16 = false;
+    if (cap < Isa::Avx512Vnni) f.avx512_vnni = false;
+    if (cap != Isa::AvxVnni) f.avx_vnni = false;  // the only class below native with AVX-VNNI (Alder Lake)
     if (cap < Isa::Avx512) f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = false;
     if (cap < Isa::Avx2) f.avx2 = f.fma = f.f16c = false;
     int64_t off = 0;
@@ -97,10 +98,12 @@ void apply_cap(CpuFeatures& f) {
     if (cap < Isa::Sse4) off |= HWY_SSE4 | HWY_SSSE3;
     if (off) hwy::DisableTargets(off);
 #if CLEF_HAVE_DNNL
-    const dnnl::cpu_isa isa = cap <= Isa::Sse4     ? dnnl::cpu_isa::sse41
-                              : cap == Isa::Avx2   ? dnnl::cpu_isa::avx2
-                              : cap == Isa::Avx512 ? dnnl::cpu_isa::avx512_core
-                                                   : dnnl::cpu_isa::avx512_core_bf16;
+    const dnnl::cpu_isa isa = cap <= Isa::Sse4         ? dnnl::cpu_isa::sse41
+                              : cap == Isa::Avx2       ? dnnl::cpu_isa::avx2
+                              : cap == Isa::AvxVnni    ? dnnl::cpu_isa::avx2_vnni
+                              : cap == Isa::Avx512     ? dnnl::cpu_isa::avx512_core
+                              : cap == Isa::Avx512Vnni ? dnnl::cpu_isa::avx512_core_vnni
+                                                       : dnnl::cpu_isa::avx512_core_bf16;
     try {
         dnnl::set_max_cpu_isa(isa);
     } catch (const dnnl::error&) {
@@ -121,6 +124,11 @@ CpuFeatures detect() {
     f.avx512vl = __builtin_cpu_supports("avx512vl");
     f.avx512dq = __builtin_cpu_supports("avx512dq");
     f.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
+    // libgcc sets the AVX and AVX-512 features only where xgetbv says the OS saves their state; the VNNI
+    // forms are used with 256-bit vectors, so they also need avx2 (VEX) or avx512f + avx512vl (EVEX).
+    // avxvnni: cpuid leaf 7 subleaf 1 EAX bit 4; avx512vnni: leaf 7 subleaf 0 ECX bit 11.
+    f.avx_vnni = __builtin_cpu_supports("avxvnni") && f.avx2;
+    f.avx512_vnni = __builtin_cpu_supports("avx512vnni") && f.avx512f && f.avx512vl;
     // f16c, amx: cpuid directly (gcc 12's __builtin_cpu_supports does not know amx).
     unsigned a, b, c, d;
     __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
@@ -172,6 +180,8 @@ std::string cpu_features_string() {
     add(f.avx512vl, "avx512vl");
     add(f.avx512dq, "avx512dq");
     add(f.avx512_bf16, "avx512_bf16");
+    add(f.avx_vnni, "avx_vnni");
+    add(f.avx512_vnni, "avx512_vnni");
     add(f.amx_tile, "amx_tile");
     add(f.amx_bf16, "amx_bf16");
     add(f.asimd_dotprod, "asimddp");

@@ -1,11 +1,15 @@
 // CPU feature detection and the global OpenMP thread setting shared by the fast kernels.
 //
-// One cap for every kernel layer: CLEF_MAX_ISA=baseline|sse4|avx2|avx512|avx512_bf16|native (default native)
-// limits the features reported here, the Highway targets the own kernels dispatch to (ops/simd.h) and the ISA
-// oneDNN may JIT for, so a machine can measure and test the paths of a smaller CPU class. On aarch64 the
-// levels are baseline|neon|dotprod|native: baseline and neon turn off the int8 kernels' dotprod path
-// (ops/int8_kernels.h), dotprod leaves it on but reports no i8mm; Highway's NEON target is aarch64's baseline
-// and stays. An unknown value (or the other architecture's name) means native.
+// One cap for every kernel layer:
+// CLEF_MAX_ISA=baseline|sse4|avx2|avx_vnni|avx512|avx512_vnni|avx512_bf16|native (default native) limits the
+// features reported here, the Highway targets the own kernels dispatch to (ops/simd.h) and the ISA oneDNN may
+// JIT for, so a machine can measure and test the paths of a smaller CPU class. Each level is a CPU class:
+// avx_vnni is AVX2 plus AVX-VNNI (Alder Lake), avx512 Skylake-X (no VNNI), avx512_vnni Cascade Lake
+// (AVX512-VNNI, no AVX-VNNI), avx512_bf16 Cooper Lake (the same VNNI); only native keeps both VNNI forms (the
+// int8 kernels' x86 extensions, ops/int8_kernels.h). On aarch64 the levels are baseline|neon|dotprod|native:
+// baseline and neon turn off the int8 kernels' dotprod path (ops/int8_kernels.h), dotprod leaves it on but
+// reports no i8mm; Highway's NEON target is aarch64's baseline and stays. An unknown value (or the other
+// architecture's name) means native.
 #pragma once
 
 #include <string>
@@ -23,6 +27,9 @@ struct CpuFeatures {
     bool avx512_bf16 = false;
     bool amx_bf16 = false;
     bool amx_tile = false;
+    // x86 AVX-VNNI (VEX vpdpbusd) with avx2; AVX512-VNNI (EVEX vpdpbusd) with avx512f and avx512vl.
+    bool avx_vnni = false;
+    bool avx512_vnni = false;
     bool asimd_dotprod = false;      // aarch64 FEAT_DotProd (sdot), HWCAP_ASIMDDP
     bool i8mm = false;               // aarch64 FEAT_I8MM (smmla), HWCAP2_I8MM: reported, no kernel uses it
     std::string isa_cap = "native";  // CLEF_MAX_ISA as applied

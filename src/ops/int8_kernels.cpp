@@ -8,6 +8,19 @@
 // sums the pairs into eight int32 column sums. At the end of a block the sums become fp32 and are added with
 // one FMA by the product of the two scales, as the twin does.
 //
+// x86 VNNI (ops/cpu.h's avx512_vnni or avx_vnni, chosen at run time in the AVX2 and AVX-512 targets; Highway
+// 1.0 compiles no AVX3_DL target by default): the same kernels with one vpdpbusd (u8 x s8, four products per
+// int32 lane added to it without intermediate saturation) in place of vpmaddubsw + vpmaddwd (+ vpaddd), one
+// body (int8_kernels_vnni.h) compiled by target attribute as AVX512-VNNI with VL (EVEX, preferred: Cascade
+// Lake and later, Zen 4) and AVX-VNNI (VEX: Alder Lake and later, Zen 5). They give the AVX2 kernels' and the
+// twins' bits: signed panels take the same sign trick (vpdpbusd's first operand is unsigned too), so every
+// product is |w| * (+-x) = w * x with |w|, |x| <= 127; vpmaddubsw's pair sums (at most 2 * 127 * 127 = 32258
+// < 2^15) never saturated in the AVX2 path either, so both paths add the same exact products into int32
+// block sums (at most 32 * 127 * 127 < 2^31), the same integers. Level panels: u < 32 and |x| <= 127, exact
+// in both as well (the AVX2 path's 16-bit sums stay below 2^15 by its kSteps). The fp32 epilogue is the AVX2
+// kernels' own code (add_block, add_level_block), so the floats are equal bit for bit too. CLEF_MAX_ISA=avx2
+// (and below) turns both off; avx_vnni keeps AVX-VNNI alone, avx512_vnni and avx512_bf16 AVX512-VNNI alone.
+//
 // On aarch64 with FEAT_DotProd (Armv8.2's sdot, ops/cpu.h's asimd_dotprod, on under CLEF_MAX_ISA=dotprod or
 // native), whatever Highway target is dispatched: the step layout is what sdot consumes. Per block, each
 // activation row's 32 levels are two 16-byte loads; per step, the two 16-byte halves of the weights (columns
@@ -51,6 +64,17 @@ void panel_block_dotprod(const int8_t* xq, const float* xs, int64_t nb, const un
                          int ncols, float* y, int64_t ldy);
 void panel_block_u_dotprod(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
                            const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy);
+}  // namespace clef::ops::i8
+#endif
+
+#if HWY_ARCH_X86 && !defined(CLEF_INT8_KERNELS_X86_DECLS)
+#define CLEF_INT8_KERNELS_X86_DECLS  // this file is included once per target (foreach_target.h)
+namespace clef::ops::i8 {
+// The x86 VNNI kernels this CPU may run under CLEF_MAX_ISA, the best of them (avx512_vnni over avx_vnni).
+enum class Vnni { None, Avx, Avx512 };
+Vnni vnni_kind();
+// Which the last panel_block / panel_block_u call used (last_kernel_extension).
+void note_vnni(Vnni used);
 }  // namespace clef::ops::i8
 #endif
 
@@ -120,6 +144,31 @@ HWY_INLINE void with_rows(int rows, F&& f) {
     }
 }
 
+// Block b's column sums of R rows (sum) into acc, one FMA by ws * xs as the twin (signed panels at pb).
+template <int R>
+HWY_INLINE void add_block(__m256* acc, const __m256i* sum, const unsigned char* pb, const float* xs,
+                          int64_t nb, int64_t b) {
+    const __m256 ws = _mm256_loadu_ps(reinterpret_cast<const float*>(pb + kI8Block * kI8Cols));
+    for (int r = 0; r < R; ++r) {
+        const __m256 scale = _mm256_mul_ps(ws, _mm256_set1_ps(xs[r * nb + b]));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), scale, acc[r]);
+    }
+}
+
+// The same for level panels: one FMA by D * xs, then one of xsum by O * xs, as the twin.
+template <int R>
+HWY_INLINE void add_level_block(__m256* acc, const __m256i* sum, const unsigned char* pb, const float* xs,
+                                const int32_t* xsum, int64_t nb, int64_t b) {
+    const __m256 dv = _mm256_loadu_ps(reinterpret_cast<const float*>(pb + kI8Block * kI8Cols));
+    const __m256 ov = _mm256_loadu_ps(reinterpret_cast<const float*>(pb + kI8Block * kI8Cols + kI8Cols * 4));
+    for (int r = 0; r < R; ++r) {
+        const __m256 sx = _mm256_set1_ps(xs[r * nb + b]);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), _mm256_mul_ps(dv, sx), acc[r]);
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(static_cast<float>(xsum[r * nb + b])), _mm256_mul_ps(ov, sx),
+                                 acc[r]);
+    }
+}
+
 template <int R>
 HWY_INLINE void panel_rows_avx2(const int8_t* xq, const float* xs, int64_t nb, const unsigned char* panel,
                                 int ncols, float* y, int64_t ldy) {
@@ -139,11 +188,7 @@ HWY_INLINE void panel_rows_avx2(const int8_t* xq, const float* xs, int64_t nb, c
                 sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv), ones));
             }
         }
-        const __m256 ws = _mm256_loadu_ps(reinterpret_cast<const float*>(pb + kI8Block * kI8Cols));
-        for (int r = 0; r < R; ++r) {
-            const __m256 scale = _mm256_mul_ps(ws, _mm256_set1_ps(xs[r * nb + b]));
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), scale, acc[r]);
-        }
+        add_block<R>(acc, sum, pb, xs, nb, b);
     }
     store_rows<R>(acc, ncols, y, ldy);
 }
@@ -171,18 +216,27 @@ HWY_INLINE void level_rows_avx2(const int8_t* xq, const float* xs, const int32_t
             }
             for (int r = 0; r < R; ++r) sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(p16[r], ones));
         }
-        const __m256 dv = _mm256_loadu_ps(reinterpret_cast<const float*>(pb + kI8Block * kI8Cols));
-        const __m256 ov =
-            _mm256_loadu_ps(reinterpret_cast<const float*>(pb + kI8Block * kI8Cols + kI8Cols * 4));
-        for (int r = 0; r < R; ++r) {
-            const __m256 sx = _mm256_set1_ps(xs[r * nb + b]);
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), _mm256_mul_ps(dv, sx), acc[r]);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(static_cast<float>(xsum[r * nb + b])),
-                                     _mm256_mul_ps(ov, sx), acc[r]);
-        }
+        add_level_block<R>(acc, sum, pb, xs, xsum, nb, b);
     }
     store_rows<R>(acc, ncols, y, ldy);
 }
+
+// The VNNI kernels (int8_kernels_vnni.h): vnni512::panel_rows / level_rows with EVEX vpdpbusd (AVX512-VNNI on
+// 256-bit vectors), vnni256:: with VEX vpdpbusd (AVX-VNNI).
+#define CLEF_VNNI_NS vnni512
+#define CLEF_VNNI_ATTR __attribute__((target("avx2,fma,avx512f,avx512vl,avx512vnni")))
+#define CLEF_VNNI_DPBUSD _mm256_dpbusd_epi32
+#include "ops/int8_kernels_vnni.h"
+#undef CLEF_VNNI_NS
+#undef CLEF_VNNI_ATTR
+#undef CLEF_VNNI_DPBUSD
+#define CLEF_VNNI_NS vnni256
+#define CLEF_VNNI_ATTR __attribute__((target("avx2,fma,avxvnni")))
+#define CLEF_VNNI_DPBUSD _mm256_dpbusd_avx_epi32
+#include "ops/int8_kernels_vnni.h"
+#undef CLEF_VNNI_NS
+#undef CLEF_VNNI_ATTR
+#undef CLEF_VNNI_DPBUSD
 
 #endif
 
@@ -218,12 +272,63 @@ void PanelBlock(const int8_t* xq, const float* xs, int64_t nb, const unsigned ch
 #endif
 }
 
+// PanelBlock and PanelBlockU where the CPU has VNNI under CLEF_MAX_ISA (panel_block and panel_block_u call
+// them only then, so the two above stay the AVX2 path as it was): the VNNI kernels on the AVX2 and AVX-512
+// targets, the targets' own functions on the others (SSE4, scalar: the twins).
+void PanelBlockVnni(const int8_t* xq, const float* xs, int64_t nb, const unsigned char* panel, int rows,
+                    int ncols, float* y, int64_t ldy) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+    note_target(KernelFamily::Int8, HWY_TARGET);
+    const Vnni vnni = vnni_kind();
+    note_vnni(vnni);
+    if (vnni == Vnni::Avx512)
+        with_rows(rows,
+                  [&](auto r) { vnni512::panel_rows<decltype(r)::value>(xq, xs, nb, panel, ncols, y, ldy); });
+    else
+        with_rows(rows,
+                  [&](auto r) { vnni256::panel_rows<decltype(r)::value>(xq, xs, nb, panel, ncols, y, ldy); });
+#else
+#if HWY_ARCH_X86
+    note_vnni(Vnni::None);
+#endif
+    PanelBlock(xq, xs, nb, panel, rows, ncols, y, ldy);
+#endif
+}
+
+// bits: 4 or 5 (panel_block_u checks).
+void PanelBlockUVnni(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
+                     const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy, int bits) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+    (void)bits;  // u < 32 either way: every step goes into the int32 sums
+    note_target(KernelFamily::Int8, HWY_TARGET);
+    const Vnni vnni = vnni_kind();
+    note_vnni(vnni);
+    if (vnni == Vnni::Avx512)
+        with_rows(rows, [&](auto r) {
+            vnni512::level_rows<decltype(r)::value>(xq, xs, xsum, nb, panel, ncols, y, ldy);
+        });
+    else
+        with_rows(rows, [&](auto r) {
+            vnni256::level_rows<decltype(r)::value>(xq, xs, xsum, nb, panel, ncols, y, ldy);
+        });
+#else
+#if HWY_ARCH_X86
+    note_vnni(Vnni::None);
+#endif
+    PanelBlockU(xq, xs, xsum, nb, panel, rows, ncols, y, ldy, bits);
+#endif
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace clef::ops::i8
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#if HWY_ARCH_ARM_A64
+#if HWY_ARCH_X86
+#include <atomic>
+
+#include "ops/cpu.h"
+#elif HWY_ARCH_ARM_A64
 #include <arm_neon.h>
 
 #include <atomic>
@@ -352,6 +457,37 @@ const char* kernel_extension() {
 const char* last_kernel_extension() {
     return g_used_dotprod.load(std::memory_order_relaxed) ? "dotprod" : "";
 }
+#elif HWY_ARCH_X86
+namespace {
+
+// The VNNI kernels the last panel_block / panel_block_u call took (Vnni::None: the AVX2 kernels or the twin).
+std::atomic<Vnni> g_used_vnni{Vnni::None};
+
+const char* vnni_name(Vnni v) {
+    return v == Vnni::Avx512 ? "avx512-vnni" : v == Vnni::Avx ? "avx-vnni" : "";
+}
+
+}  // namespace
+
+Vnni vnni_kind() {
+    const CpuFeatures& f = cpu_features();
+    return f.avx512_vnni ? Vnni::Avx512 : f.avx_vnni ? Vnni::Avx : Vnni::None;
+}
+
+void note_vnni(Vnni used) {
+    if (g_used_vnni.load(std::memory_order_relaxed) != used)
+        g_used_vnni.store(used, std::memory_order_relaxed);
+}
+
+const char* kernel_extension() {
+    // Only the AVX2 and AVX-512 targets call the VNNI kernels (a forced SSE4 or scalar target runs the twin).
+    const Vnni v = vnni_kind();
+    return v != Vnni::None && simd_targets().front() <= HWY_AVX2 ? vnni_name(v) : "";
+}
+
+const char* last_kernel_extension() {
+    return vnni_name(g_used_vnni.load(std::memory_order_relaxed));
+}
 #else
 const char* kernel_extension() {
     return "";
@@ -365,6 +501,8 @@ const char* last_kernel_extension() {
 HWY_EXPORT(QuantizeRow);
 HWY_EXPORT(PanelBlock);
 HWY_EXPORT(PanelBlockU);
+HWY_EXPORT(PanelBlockVnni);
+HWY_EXPORT(PanelBlockUVnni);
 
 void quantize_row(const float* x, int64_t k, int8_t* q, float* s) {
     HWY_DYNAMIC_DISPATCH(QuantizeRow)(x, k, q, s);
@@ -372,11 +510,21 @@ void quantize_row(const float* x, int64_t k, int8_t* q, float* s) {
 
 void panel_block(const int8_t* xq, const float* xs, int64_t nb, const unsigned char* panel, int rows,
                  int ncols, float* y, int64_t ldy) {
+#if HWY_ARCH_X86
+    if (vnni_kind() != Vnni::None)
+        return HWY_DYNAMIC_DISPATCH(PanelBlockVnni)(xq, xs, nb, panel, rows, ncols, y, ldy);
+    note_vnni(Vnni::None);
+#endif
     HWY_DYNAMIC_DISPATCH(PanelBlock)(xq, xs, nb, panel, rows, ncols, y, ldy);
 }
 
 void panel_block_u(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
                    const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy, int bits) {
+#if HWY_ARCH_X86
+    if (vnni_kind() != Vnni::None && (bits == 4 || bits == 5))
+        return HWY_DYNAMIC_DISPATCH(PanelBlockUVnni)(xq, xs, xsum, nb, panel, rows, ncols, y, ldy, bits);
+    note_vnni(Vnni::None);
+#endif
     HWY_DYNAMIC_DISPATCH(PanelBlockU)(xq, xs, xsum, nb, panel, rows, ncols, y, ldy, bits);
 }
 

@@ -47,8 +47,9 @@ void panel_block_u_ref(const int8_t* xq, const float* xs, const int32_t* xsum, i
                        const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy, int bits);
 
 // The extension the panel kernels use besides the Highway target on this CPU under CLEF_MAX_ISA: "dotprod" on
-// aarch64 with FEAT_DotProd (whatever target is dispatched), else "". last_kernel_extension: the one the last
-// panel_block / panel_block_u call used (tests).
+// aarch64 with FEAT_DotProd (whatever target is dispatched); on x86 "avx512-vnni" (AVX512-VNNI with VL) or
+// else "avx-vnni" (AVX-VNNI) while an AVX2 or AVX-512 target is dispatched; else "". last_kernel_extension:
+// the one the last panel_block / panel_block_u call used (tests).
 const char* kernel_extension();
 const char* last_kernel_extension();
 
