@@ -172,8 +172,8 @@ void Linear::reference_forward(const float* x, int64_t m, float* y) const {
         ops::linear(x, m, in_, reinterpret_cast<const float*>(ref_), out_, b, y);
     } else if (ref_) {
         reference_rows(x, m, y, [this](int64_t r, float* dst) {
-            convert_to_f32(ref_dtype_, ref_ + static_cast<size_t>(r * in_) * 2, static_cast<size_t>(in_),
-                           dst);
+            const size_t row = static_cast<size_t>(r * in_) * dtype_size(ref_dtype_);
+            convert_to_f32(ref_dtype_, ref_ + row, static_cast<size_t>(in_), dst);
         });
     } else if (!f32_.empty()) {
         ops::linear(x, m, in_, f32_.data(), out_, b, y);
