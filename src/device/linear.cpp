@@ -61,7 +61,7 @@ Linear::~Linear() = default;
 
 Linear::Linear(const TensorView& t, LinearPath path, std::vector<float> bias, bool int8)
     : out_(t.shape.at(0)), in_(t.numel() / std::max<int64_t>(t.shape.at(0), 1)), bias_(std::move(bias)) {
-    if (wants_reference(path)) keep_reference(t);
+    if (wants_reference(path)) keep_reference(t, path == LinearPath::Both);
     if (!wants_fast(path)) return;
     if (int8) {
         const size_t es = dtype_size(t.dtype);
@@ -89,16 +89,17 @@ Linear::Linear(const TensorView& t, LinearPath path, std::vector<float> bias, bo
     if (t.mapped) drop_mapped_pages(t.data, t.nbytes);
 }
 
-// The reference path reads a mapped float tensor where it is, and keeps a copy of anything else (in its own
-// type where that is BF16 / F16 / F32, else in fp32).
-void Linear::keep_reference(const TensorView& t) {
+// The reference path reads a mapped float tensor where it is when the mapping outlives the layer (in_place:
+// the backbone's layers, whose engine keeps its files), and keeps a copy of anything else (in its own type
+// where that is BF16 / F16 / F32, else in fp32).
+void Linear::keep_reference(const TensorView& t, bool in_place) {
     if (!stored_float(t)) {
         f32_ = t.to_f32();
         return;
     }
     ref_dtype_ = t.dtype;
     ref_ = t.data;
-    if (t.mapped) return;
+    if (t.mapped && in_place) return;
     ref_copy_.assign(t.data, t.data + t.nbytes);
     ref_ = ref_copy_.data();
 }

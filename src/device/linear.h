@@ -7,10 +7,10 @@
 //   Fast       ops::PackedLinear only (packed once, used in place, or streamed from a quantised file);
 //   Reference  the scalar oracle only;
 //   Both       both, for the backbone, whose callers pick per forward.
-// The reference path costs no memory for a mapped tensor: it reads BF16 / F16 / F32 rows where the checkpoint
-// is mapped (ops::linear_bf16, ops::linear, F16 rows converted block by block) and quantised rows dequantised
-// block by block. Once packed, a mapped tensor's pages are dropped (re-read from the file if the reference
-// path runs), so a layer holds about its panels.
+// The backbone's reference path costs no memory for a mapped tensor: it reads BF16 / F16 / F32 rows where the
+// checkpoint is mapped (ops::linear_bf16, ops::linear, F16 rows converted block by block) and quantised rows
+// dequantised block by block. Once packed, a mapped tensor's pages are dropped (re-read from the file if the
+// reference path runs), so a layer holds about its panels.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +33,8 @@ class Linear : public dev::Matrix {
 public:
     Linear() = default;
     // w [out][in] in a float dtype (BF16 / F16 / F32 packed from the mapped bytes, or used in place where the
-    // GEMM backend can; other dtypes through fp32). A mapped tensor's file must outlive the layer; what is
-    // not mapped (TensorView::mapped) is copied where the layer keeps it.
+    // GEMM backend can; other dtypes through fp32). With LinearPath::Both a mapped tensor's file must outlive
+    // the layer (its reference path reads it there); what a layer keeps of anything else it copies.
     Linear(const TensorView& w, LinearPath path, std::vector<float> bias = {}, bool int8 = false);
     // A quantised matrix: packed from rows dequantised to bf16, or (residency Streamed) dequantised again on
     // every forward from the mapped file. The matrix's owner keeps its storage alive.
@@ -65,7 +65,7 @@ public:
                  ops::Precision p = ops::Precision::Exact) const;
 
 private:
-    void keep_reference(const TensorView& t);
+    void keep_reference(const TensorView& t, bool in_place);
     void reference_forward(const float* x, int64_t m, float* y) const;
     void reference_rows(const float* x, int64_t m, float* y,
                         const std::function<void(int64_t, float*)>& row) const;
