@@ -125,12 +125,17 @@ CpuFeatures detect() {
     f.avx512dq = __builtin_cpu_supports("avx512dq");
     f.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
     // libgcc sets the AVX and AVX-512 features only where xgetbv says the OS saves their state; the VNNI
-    // forms are used with 256-bit vectors, so they also need avx2 (VEX) or avx512f + avx512vl (EVEX).
-    // avxvnni: cpuid leaf 7 subleaf 1 EAX bit 4; avx512vnni: leaf 7 subleaf 0 ECX bit 11.
-    f.avx_vnni = __builtin_cpu_supports("avxvnni") && f.avx2;
-    f.avx512_vnni = __builtin_cpu_supports("avx512vnni") && f.avx512f && f.avx512vl;
-    // f16c, amx: cpuid directly (gcc 12's __builtin_cpu_supports does not know amx).
+    // forms are used with 256-bit vectors, so they also need avx2 (VEX) or avx512f + avx512vl (EVEX). Read
+    // from cpuid (clang 14's __builtin_cpu_supports does not know avxvnni): avx512vnni is leaf 7 subleaf 0
+    // ECX bit 11, avxvnni leaf 7 subleaf 1 EAX bit 4.
     unsigned a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
+    const bool leaf7 = a >= 7;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    f.avx512_vnni = leaf7 && ((c >> 11) & 1u) && f.avx512f && f.avx512vl;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
+    f.avx_vnni = leaf7 && ((a >> 4) & 1u) && f.avx2;
+    // f16c, amx: cpuid directly (gcc 12's __builtin_cpu_supports does not know amx).
     __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
     f.f16c = (c >> 29) & 1u;
     __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));

@@ -224,14 +224,14 @@ HWY_INLINE void level_rows_avx2(const int8_t* xq, const float* xs, const int32_t
 // The VNNI kernels (int8_kernels_vnni.h): vnni512::panel_rows / level_rows with EVEX vpdpbusd (AVX512-VNNI on
 // 256-bit vectors), vnni256:: with VEX vpdpbusd (AVX-VNNI).
 #define CLEF_VNNI_NS vnni512
-#define CLEF_VNNI_ATTR __attribute__((target("avx2,fma,avx512f,avx512vl,avx512vnni")))
+#define CLEF_VNNI_ATTR __attribute__((target(HWY_TARGET_STR ",avx512f,avx512vl,avx512vnni")))
 #define CLEF_VNNI_DPBUSD _mm256_dpbusd_epi32
 #include "ops/int8_kernels_vnni.h"
 #undef CLEF_VNNI_NS
 #undef CLEF_VNNI_ATTR
 #undef CLEF_VNNI_DPBUSD
 #define CLEF_VNNI_NS vnni256
-#define CLEF_VNNI_ATTR __attribute__((target("avx2,fma,avxvnni")))
+#define CLEF_VNNI_ATTR __attribute__((target(HWY_TARGET_STR ",avxvnni")))
 #define CLEF_VNNI_DPBUSD _mm256_dpbusd_avx_epi32
 #include "ops/int8_kernels_vnni.h"
 #undef CLEF_VNNI_NS
