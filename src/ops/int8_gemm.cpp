@@ -196,14 +196,13 @@ void Int8Linear::forward(const float* x, int64_t m, float* y, const float* bias,
 #pragma omp for schedule(dynamic, 1)
         for (int64_t cb = 0; cb < nblocks; ++cb) {
             const int64_t c0 = cb * kColBlock, nc = std::min(kColBlock, n - c0);
-            const unsigned char* panels = own.data();
             if (p.streamed()) {
                 own.resize(static_cast<size_t>((kColBlock / kI8Cols) * p.panel_bytes()));
                 p.decode(p.rows, p.levels, c0, nc, k, sc, own.data(), quantize);
-                panels = own.data();
-            } else {
-                panels = p.packed.data() + (c0 / kI8Cols) * p.panel_bytes();
             }
+            // A packed layer's own panels (no offset on its empty buffer when streamed: UBSan).
+            const unsigned char* panels =
+                p.streamed() ? own.data() : p.packed.data() + (c0 / kI8Cols) * p.panel_bytes();
             for (int64_t i0 = 0; i0 < m; i0 += kI8Rows) {
                 const int rows = static_cast<int>(std::min<int64_t>(kI8Rows, m - i0));
                 for (int64_t j = 0; j < nc; j += kI8Cols) {
