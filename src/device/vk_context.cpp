@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <set>
 
 #include "device/device.h"
 #include "device/vk_shaders.h"
@@ -58,6 +60,38 @@ bool validation_asked() {
 }
 
 }  // namespace
+
+uint32_t writable_bindings(const uint32_t* words, size_t count) {
+    constexpr uint32_t kTypePointer = 32, kVariable = 59, kDecorate = 71, kMemberDecorate = 72;
+    constexpr uint32_t kNonWritable = 24, kBinding = 33;
+    std::map<uint32_t, uint32_t> binding, pointee, var_type;  // id -> binding; pointer -> type; var -> pointer
+    std::set<uint32_t> readonly;                               // variables or block types
+    std::map<uint32_t, std::pair<int, int>> members;           // block type -> (members, read-only members)
+    for (size_t i = 5; i < count;) {
+        const uint32_t op = words[i] & 0xffff, n = words[i] >> 16;
+        if (n == 0 || i + n > count) break;
+        const uint32_t* a = words + i + 1;
+        if (op == kDecorate && n >= 3 && a[1] == kBinding && n >= 4) binding[a[0]] = a[2];
+        if (op == kDecorate && n >= 3 && a[1] == kNonWritable) readonly.insert(a[0]);
+        if (op == kMemberDecorate && n >= 4) {
+            auto& m = members[a[0]];
+            m.first = std::max<int>(m.first, static_cast<int>(a[1]) + 1);
+            if (a[2] == kNonWritable) ++m.second;
+        }
+        if (op == kTypePointer && n >= 4) pointee[a[0]] = a[2];
+        if (op == kVariable && n >= 4) var_type[a[1]] = a[0];
+        i += n;
+    }
+    uint32_t mask = 0;
+    for (const auto& [var, b] : binding) {
+        const auto t = var_type.find(var);
+        const uint32_t block = t != var_type.end() && pointee.count(t->second) ? pointee[t->second] : 0;
+        const auto m = members.find(block);
+        const bool ro = readonly.count(var) || (m != members.end() && m->second.second >= m->second.first);
+        if (!ro && b < 32) mask |= 1u << b;
+    }
+    return mask;
+}
 
 Alloc::~Alloc() {
     if (!ctx) return;
@@ -250,6 +284,7 @@ const Pipeline& Context::pipeline(const std::string& name, uint32_t bindings,
     }
     Pipeline p;
     p.bindings = bindings;
+    p.writable = writable_bindings(code->words, code->count);
     std::vector<VkDescriptorSetLayoutBinding> b(bindings);
     for (uint32_t i = 0; i < bindings; ++i) {
         b[i].binding = i;

@@ -51,7 +51,14 @@ struct Pipeline {
     VkPipelineLayout layout = VK_NULL_HANDLE;
     VkPipeline pipeline = VK_NULL_HANDLE;
     uint32_t bindings = 0;
+    // Bit i: the kernel may write binding i (its SPIR-V does not declare the buffer read-only). What the
+    // synchronization (and its validation) must assume the kernel writes, whatever one dispatch does.
+    uint32_t writable = 0;
 };
+
+// The storage-buffer bindings of descriptor set 0 that a SPIR-V module does not decorate NonWritable (on the
+// variable or on every member of its block), as a bit mask.
+uint32_t writable_bindings(const uint32_t* words, size_t count);
 
 class Context {
 public:

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -207,7 +209,9 @@ struct GemmPlan {
 };
 
 std::mutex g_force_mu;
-std::string g_force_shape;  // under g_force_mu
+// Under g_force_mu. CLEF_VULKAN_GEMM=<shape> in the environment forces a shape from the start (measurements of
+// the tensor-core kernel's emulation on a device without tensor cores: docs/GPU.md).
+std::string g_force_shape = std::getenv("CLEF_VULKAN_GEMM") ? std::getenv("CLEF_VULKAN_GEMM") : "";
 int g_force_slices = 0;
 
 GemmShape gemm_shape(const GemmDevice& d, ops::Precision precision, int64_t m, int64_t n) {
@@ -302,6 +306,7 @@ private:
     // one of `uses` (a buffer, and whether the next command writes it) reads what an earlier command since
     // the last barrier wrote, or writes what one read or wrote; independent kernels run without one.
     void depend(std::initializer_list<std::pair<VkBuffer, bool>> uses);
+    void depend(const std::vector<std::pair<VkBuffer, bool>>& uses);
     void barrier();
     // Records one kernel over `spans` (binding i = spans[i]; `written` marks the ones it writes).
     void dispatch(const std::string& kernel, std::initializer_list<Span> spans, uint32_t written,
@@ -480,6 +485,10 @@ void VkStream::barrier() {
 }
 
 void VkStream::depend(std::initializer_list<std::pair<VkBuffer, bool>> uses) {
+    depend(std::vector<std::pair<VkBuffer, bool>>(uses));
+}
+
+void VkStream::depend(const std::vector<std::pair<VkBuffer, bool>>& uses) {
     const auto has = [](const std::vector<VkBuffer>& v, VkBuffer b) {
         return std::find(v.begin(), v.end(), b) != v.end();
     };
@@ -526,11 +535,14 @@ DeviceBuffer& VkStream::use(const Span& s, bool written) {
 void VkStream::dispatch(const std::string& kernel, std::initializer_list<Span> spans, uint32_t written,
                         const Push& pc, Grid g, double flops, const std::vector<uint32_t>& constants) {
     const vk::Pipeline& p = ctx_.pipeline(kernel, static_cast<uint32_t>(spans.size()), constants);
+    written |= p.writable;  // what the kernel may write in any mode, as the synchronization must assume
     std::vector<VkDescriptorBufferInfo> infos;
     std::vector<std::pair<VkBuffer, bool>> uses;
     uint32_t i = 0;
     for (const Span& s : spans) {
         ::VkBuffer buf = dev_.dummy_->buf;
+        if (!s.buf && ((p.writable >> i) & 1))  // the shared dummy is only ever read
+            throw Error(fmt::format("vulkan: kernel {} may write its binding {}, which has no buffer", kernel, i));
         if (s.buf) {
             const bool w = (written >> i) & 1;
             buf = use(s, w).alloc()->buf;
@@ -540,7 +552,7 @@ void VkStream::dispatch(const std::string& kernel, std::initializer_list<Span> s
         ++i;
     }
     begin();
-    for (const auto& u : uses) depend({u});  // one at a time: a kernel may read and write one buffer
+    depend(uses);  // all bindings against the earlier commands only: a kernel may read and write one buffer
     std::vector<VkWriteDescriptorSet> writes(infos.size());
     for (size_t b = 0; b < infos.size(); ++b) {
         writes[b].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
@@ -648,6 +660,9 @@ void VkStream::elementwise(uint32_t op, Span a, Span b, Span c) {
     const int64_t n = a.n;
     if (n == 0) return;
     const uint32_t written = op == 0 || op == 3 || op == 4 ? 1u : 4u;
+    // The in-place ops bind `a` as c too: the kernel may write c in other ops, and a write the
+    // synchronization must assume goes to a buffer this stream tracks, not to the shared dummy.
+    if (c.empty()) c = a;
     dispatch("elementwise", {a, b, c}, written, Push().u(n).u(a.off).u(b.off).u(c.off).u(op), grid_1d(n));
 }
 
