@@ -150,11 +150,13 @@ TEST(VulkanDecision, DecisionStaysOnTheDevice) {
     EXPECT_LE(after.up - before.up, inputs);
     EXPECT_LE(after.down - before.down, answers);
     EXPECT_GT(after.down - before.down, 0u);
-    std::printf("[ transfers] T=%lld, %lld chunks: %lld syncs, %llu bytes up (inputs %llu), %llu down (answers %llu)\n",
-                static_cast<long long>(T), static_cast<long long>(chunks),
-                static_cast<long long>(after.syncs - before.syncs), static_cast<unsigned long long>(after.up - before.up),
-                static_cast<unsigned long long>(inputs), static_cast<unsigned long long>(after.down - before.down),
-                static_cast<unsigned long long>(answers));
+    std::printf(
+        "[ transfers] T=%lld, %lld chunks: %lld syncs, %llu bytes up (inputs %llu), %llu down (answers "
+        "%llu)\n",
+        static_cast<long long>(T), static_cast<long long>(chunks),
+        static_cast<long long>(after.syncs - before.syncs),
+        static_cast<unsigned long long>(after.up - before.up), static_cast<unsigned long long>(inputs),
+        static_cast<unsigned long long>(after.down - before.down), static_cast<unsigned long long>(answers));
     EXPECT_EQ(dev::vulkan_validation_errors(), 0);
 }
 

@@ -198,7 +198,7 @@ struct GemmVariant {
     int slices;
 };
 const std::vector<GemmVariant> kPlanAndTensorCores = {{"", 0}, {"coopmat", 0}};
-const std::vector<GemmVariant> kEveryShape = {{"medium", 1}, {"large", 1}, {"small", 1}, {"coopmat", 1},
+const std::vector<GemmVariant> kEveryShape = {{"medium", 1}, {"large", 1}, {"small", 1},  {"coopmat", 1},
                                               {"medium", 3}, {"small", 2}, {"coopmat", 3}};
 
 // Forces one variant for its lifetime.
@@ -242,7 +242,9 @@ void run_linear(Tally& tally, const std::string& what, const dev::Matrix& mg, co
             for (int64_t k = 0; k < in; ++k) {
                 const double xv = x[i * in + k], wv = w[j * in + k];
                 abs_terms += std::abs(xv * wv);
-                if (fp16) rounding += f16_err(xv) * std::abs(wv) + std::abs(xv) * f16_err(wv) + f16_err(xv) * f16_err(wv);
+                if (fp16)
+                    rounding +=
+                        f16_err(xv) * std::abs(wv) + std::abs(xv) * f16_err(wv) + f16_err(xv) * f16_err(wv);
             }
             bound[i * out + j] = 2 * gamma_n(in + 1) * (abs_terms + rounding) + rounding;
         }
@@ -254,7 +256,8 @@ void run_linear(Tally& tally, const std::string& what, const dev::Matrix& mg, co
 // run_linear under each of these GEMM variants.
 void run_linear_variants(const std::vector<GemmVariant>& variants, Tally& tally, const std::string& what,
                          const dev::Matrix& mg, const dev::Matrix& mc, const std::vector<float>& w,
-                         const std::vector<float>& bias, int64_t m, int64_t in, int64_t out, double tight = 1e-3) {
+                         const std::vector<float>& bias, int64_t m, int64_t in, int64_t out,
+                         double tight = 1e-3) {
     for (const GemmVariant& v : variants) {
         const ForceGemm force(v);
         run_linear(tally, variant_label(v) + what, mg, mc, w, bias, m, in, out, tight,
@@ -294,9 +297,9 @@ TEST(VulkanKernels, LinearFloatWeights) {
                     const auto mc = dev::cpu().matrix(src);
                     for (int64_t m : {1, 5, 70})
                         run_linear_variants(dt == DType::BF16 ? kEveryShape : kPlanAndTensorCores, tally,
-                                   std::string(dtype_name(dt)) +
-                                       label({{" in", in}, {"out", out}, {"bias", with_bias}}) + " ",
-                                   *mg, *mc, w, src.bias, m, in, out);
+                                            std::string(dtype_name(dt)) +
+                                                label({{" in", in}, {"out", out}, {"bias", with_bias}}) + " ",
+                                            *mg, *mc, w, src.bias, m, in, out);
                 }
             }
     EXPECT_EQ(dev::vulkan_validation_errors(), 0);
@@ -411,8 +414,9 @@ TEST(VulkanKernels, LinearQuantisedWeights) {
                 const auto mg = gpu().matrix(src);
                 const auto mc = cpu_matrix(w, out, in, src.bias);
                 for (int64_t m : {1, 70})
-                    run_linear_variants(kPlanAndTensorCores, tally, name + label({{" in", in}, {"out", out}}) + " ",
-                                        *mg, *mc, w, src.bias, m, in, out, 1e-2);
+                    run_linear_variants(kPlanAndTensorCores, tally,
+                                        name + label({{" in", in}, {"out", out}}) + " ", *mg, *mc, w,
+                                        src.bias, m, in, out, 1e-2);
             }
     }
     EXPECT_EQ(dev::vulkan_validation_errors(), 0);
@@ -434,8 +438,8 @@ TEST(VulkanKernels, LinearStoredColumnOrder) {
         const auto mg = gpu().matrix(src);
         const auto mc = cpu_matrix(w, out, in, {});
         for (int64_t m : {1, 9})
-            run_linear_variants(kPlanAndTensorCores, tally, ggml_type_name(static_cast<uint32_t>(type)) + " ", *mg,
-                                *mc, w, {}, m, in, out, 1e-2);
+            run_linear_variants(kPlanAndTensorCores, tally, ggml_type_name(static_cast<uint32_t>(type)) + " ",
+                                *mg, *mc, w, {}, m, in, out, 1e-2);
     }
     EXPECT_EQ(dev::vulkan_validation_errors(), 0);
 }
@@ -448,7 +452,8 @@ TEST(VulkanKernels, LinearLargeShapes) {
     const std::vector<float> values = random_values(out * in, 41);
     const std::vector<unsigned char> bf16 = encode(DType::BF16, values);
     TensorView tv;
-    tv.name = "w", tv.dtype = DType::BF16, tv.shape = {out, in}, tv.data = bf16.data(), tv.nbytes = bf16.size();
+    tv.name = "w", tv.dtype = DType::BF16, tv.shape = {out, in}, tv.data = bf16.data(),
+    tv.nbytes = bf16.size();
     const auto q4 = quantised_rows(GgmlType::Q4_K, out, in, 42);
     QuantMatrix q;
     q.type = GgmlType::Q4_K, q.rows = out, q.cols = in, q.data = q4.data();
@@ -464,8 +469,10 @@ TEST(VulkanKernels, LinearLargeShapes) {
         const auto mg = gpu().matrix(src);
         const auto mc = cpu_matrix(w, out, in, bias);
         for (int64_t m : {1, 130}) {
-            run_linear(tally, std::string(quant ? "q4_K" : "bf16") + " planned ", *mg, *mc, w, bias, m, in, out, 1e-2);
-            run_linear_variants(kEveryShape, tally, quant ? "q4_K " : "bf16 ", *mg, *mc, w, bias, m, in, out, 1e-2);
+            run_linear(tally, std::string(quant ? "q4_K" : "bf16") + " planned ", *mg, *mc, w, bias, m, in,
+                       out, 1e-2);
+            run_linear_variants(kEveryShape, tally, quant ? "q4_K " : "bf16 ", *mg, *mc, w, bias, m, in, out,
+                                1e-2);
         }
     }
     EXPECT_EQ(dev::vulkan_validation_errors(), 0);

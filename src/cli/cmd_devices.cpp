@@ -39,7 +39,8 @@ void print_text(const dev::VulkanProbe& probe) {
         fmt::print("  fp16 {}, int8 {}, 16-bit storage {}, integer dot product {}, cooperative matrix {}\n",
                    yes_no(d.fp16), yes_no(d.int8), yes_no(d.storage16), yes_no(d.int_dot),
                    yes_no(d.coop_matrix));
-        fmt::print("  --precision fp16 on tensor cores (VK_NV_cooperative_matrix): {}\n", yes_no(d.coop_matrix_nv));
+        fmt::print("  --precision fp16 on tensor cores (VK_NV_cooperative_matrix): {}\n",
+                   yes_no(d.coop_matrix_nv));
         fmt::print("  subgroup size {}, shared memory {} KiB, max storage buffer {} MiB\n", d.subgroup_size,
                    d.shared_memory / 1024, d.max_storage_range >> 20);
     }

@@ -110,7 +110,8 @@ DecideOptions DecisionArgs::options() const {
 
 ops::Precision precision_option(const std::string& s) {
     ops::Precision p;
-    if (!parse_precision(s, p)) throw Error("--precision: expected exact, bf16, int8 or fp16, got '" + s + "'");
+    if (!parse_precision(s, p))
+        throw Error("--precision: expected exact, bf16, int8 or fp16, got '" + s + "'");
     return p;
 }
 

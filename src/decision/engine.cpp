@@ -381,7 +381,8 @@ void DecisionTask::State::sink(const float* rows, int64_t n, int64_t t0) {
     if (keep_hidden) std::copy_n(rows, n * H, d.last_hidden_state.data() + t0 * H);
     if (cache && next_stop < plan.stops.size() && plan.stops[next_stop] == t0 + n) {
         const int64_t begin = next_stop ? plan.stops[next_stop - 1] : 0;
-        e.backbone_->to_host(resume.state, begin);  // a device's state back for the snapshot: the stretch's rows
+        e.backbone_->to_host(resume.state,
+                             begin);  // a device's state back for the snapshot: the stretch's rows
         cache->put(plan, next_stop++, d.prompt.input_ids, resume.state, builder->memory_rows(begin),
                    e.head_->config().width);
     }

@@ -64,9 +64,10 @@ bool validation_asked() {
 uint32_t writable_bindings(const uint32_t* words, size_t count) {
     constexpr uint32_t kTypePointer = 32, kVariable = 59, kDecorate = 71, kMemberDecorate = 72;
     constexpr uint32_t kNonWritable = 24, kBinding = 33;
-    std::map<uint32_t, uint32_t> binding, pointee, var_type;  // id -> binding; pointer -> type; var -> pointer
-    std::set<uint32_t> readonly;                               // variables or block types
-    std::map<uint32_t, std::pair<int, int>> members;           // block type -> (members, read-only members)
+    std::map<uint32_t, uint32_t> binding, pointee,
+        var_type;                                     // id -> binding; pointer -> type; var -> pointer
+    std::set<uint32_t> readonly;                      // variables or block types
+    std::map<uint32_t, std::pair<int, int>> members;  // block type -> (members, read-only members)
     for (size_t i = 5; i < count;) {
         const uint32_t op = words[i] & 0xffff, n = words[i] >> 16;
         if (n == 0 || i + n > count) break;
@@ -219,10 +220,12 @@ void Context::release() {
 }
 
 uint32_t Context::memory_type(uint32_t bits, Memory where) const {
-    constexpr VkMemoryPropertyFlags kVisible = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    constexpr VkMemoryPropertyFlags kVisible =
+        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
     // In order of preference: readback staging wants host-cached memory, else any coherent host-visible type.
     std::vector<VkMemoryPropertyFlags> wants;
-    if (where == Memory::Device) wants = {VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0};  // 0: any type the buffer allows
+    if (where == Memory::Device)
+        wants = {VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0};  // 0: any type the buffer allows
     if (where == Memory::Readback) wants.push_back(kVisible | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
     if (where != Memory::Device) wants.push_back(kVisible);
     for (VkMemoryPropertyFlags want : wants)
@@ -316,8 +319,8 @@ const Pipeline& Context::pipeline(const std::string& name, uint32_t bindings,
     cp.stage.pName = "main";
     std::vector<VkSpecializationMapEntry> entries(constants.size());
     for (uint32_t i = 0; i < constants.size(); ++i) entries[i] = {i, i * 4, 4};
-    const VkSpecializationInfo spec{static_cast<uint32_t>(entries.size()), entries.data(), constants.size() * 4,
-                                    constants.data()};
+    const VkSpecializationInfo spec{static_cast<uint32_t>(entries.size()), entries.data(),
+                                    constants.size() * 4, constants.data()};
     if (!constants.empty()) cp.stage.pSpecializationInfo = &spec;
     cp.layout = p.layout;
     const VkResult r = vkCreateComputePipelines(dev_, VK_NULL_HANDLE, 1, &cp, nullptr, &p.pipeline);

@@ -209,8 +209,8 @@ struct GemmPlan {
 };
 
 std::mutex g_force_mu;
-// Under g_force_mu. CLEF_VULKAN_GEMM=<shape> in the environment forces a shape from the start (measurements of
-// the tensor-core kernel's emulation on a device without tensor cores: docs/GPU.md).
+// Under g_force_mu. CLEF_VULKAN_GEMM=<shape> in the environment forces a shape from the start (measurements
+// of the tensor-core kernel's emulation on a device without tensor cores: docs/GPU.md).
 std::string g_force_shape = std::getenv("CLEF_VULKAN_GEMM") ? std::getenv("CLEF_VULKAN_GEMM") : "";
 int g_force_slices = 0;
 
@@ -222,7 +222,8 @@ GemmShape gemm_shape(const GemmDevice& d, ops::Precision precision, int64_t m, i
     }
     if (forced == "coopmat") {
         if (!d.fp16 || (!d.coop_nv && (d.subgroup < 8 || d.subgroup > 128)))
-            throw Error("vulkan: this device cannot run the tensor-core GEMM (fp16 and a subgroup of 8 to 128)");
+            throw Error(
+                "vulkan: this device cannot run the tensor-core GEMM (fp16 and a subgroup of 8 to 128)");
         return tensor_cores(d.coop_nv, d.subgroup);
     }
     if (!forced.empty()) {
@@ -250,7 +251,8 @@ GemmPlan plan_gemm(const GemmDevice& d, ops::Precision precision, int64_t m, int
         slices = g_force_slices;
     }
     if (slices <= 0)
-        slices = tiles < target ? std::clamp<int64_t>(std::min((target + tiles - 1) / tiles, k / 256), 1, 16) : 1;
+        slices =
+            tiles < target ? std::clamp<int64_t>(std::min((target + tiles - 1) / tiles, k / 256), 1, 16) : 1;
     const int64_t chunk = ((k + slices - 1) / slices + 15) / 16 * 16;
     g.kchunk = static_cast<uint32_t>(std::max<int64_t>(chunk, 16));
     g.slices = std::max<int64_t>(1, (k + g.kchunk - 1) / g.kchunk);
@@ -368,10 +370,10 @@ public:
         return Tensor(std::make_unique<DeviceBuffer>(std::move(a), nullptr), static_cast<int64_t>(v.size()));
     }
     Tensor buffer(int64_t n, Elem e) override {
-        return Tensor(std::make_unique<DeviceBuffer>(ctx_.alloc(static_cast<uint64_t>(std::max<int64_t>(n, 0)) *
-                                                                elem_bytes(e)),
-                                                     nullptr),
-                      n, e);
+        return Tensor(
+            std::make_unique<DeviceBuffer>(
+                ctx_.alloc(static_cast<uint64_t>(std::max<int64_t>(n, 0)) * elem_bytes(e)), nullptr),
+            n, e);
     }
     Transfers transfers() const override { return ctx_.transfers(); }
     std::unique_ptr<Matrix> matrix(const MatrixSource& src) override;
@@ -542,7 +544,8 @@ void VkStream::dispatch(const std::string& kernel, std::initializer_list<Span> s
     for (const Span& s : spans) {
         ::VkBuffer buf = dev_.dummy_->buf;
         if (!s.buf && ((p.writable >> i) & 1))  // the shared dummy is only ever read
-            throw Error(fmt::format("vulkan: kernel {} may write its binding {}, which has no buffer", kernel, i));
+            throw Error(
+                fmt::format("vulkan: kernel {} may write its binding {}, which has no buffer", kernel, i));
         if (s.buf) {
             const bool w = (written >> i) & 1;
             buf = use(s, w).alloc()->buf;
@@ -606,7 +609,8 @@ void VkStream::zero(Span dst) {
     const uint64_t bytes = static_cast<uint64_t>(dst.n) * elem_bytes(dst.elem);
     const uint64_t off = static_cast<uint64_t>(dst.off) * elem_bytes(dst.elem);
     if (bytes == 0) return;
-    if (off % 4 != 0 || bytes % 4 != 0) throw Error("vulkan: zero() of a span that is not whole 32-bit words");
+    if (off % 4 != 0 || bytes % 4 != 0)
+        throw Error("vulkan: zero() of a span that is not whole 32-bit words");
     DeviceBuffer& b = use(dst, true);
     depend({{b.alloc()->buf, true}});
     vkCmdFillBuffer(cb_, b.alloc()->buf, off, bytes, 0);
@@ -696,20 +700,24 @@ void VkStream::linear(const Matrix& mat, Span x, int64_t m, Span y) {
         const GemmPlan g = plan_gemm(dev_.gemm_device(), opt_.precision, m, p.rows, w.in());
         const std::string kernel = "linear_" + std::string(g.shape.kernel) + w.type;
         const Tensor wt = bound(p.w);
-        const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(p.rows) * static_cast<double>(w.in());
+        const double flops =
+            2.0 * static_cast<double>(m) * static_cast<double>(p.rows) * static_cast<double>(w.in());
         const Grid grid{static_cast<uint32_t>((p.rows + g.shape.bn - 1) / g.shape.bn),
-                        static_cast<uint32_t>((m + g.shape.bm - 1) / g.shape.bm), static_cast<uint32_t>(g.slices)};
+                        static_cast<uint32_t>((m + g.shape.bm - 1) / g.shape.bm),
+                        static_cast<uint32_t>(g.slices)};
         Push pc;
         pc.u(m).u(p.rows).u(w.in()).u(x.off).u(w.in());
         if (g.slices == 1) {
             pc.u(y.off).u(w.out()).u(p.row0).u(w.bias ? 1 : 0).u(g.kchunk);
-            dispatch(kernel, {x, wt.span(), bias.span(), y, tables.span()}, 8u, pc, grid, flops, g.shape.constants);
+            dispatch(kernel, {x, wt.span(), bias.span(), y, tables.span()}, 8u, pc, grid, flops,
+                     g.shape.constants);
             continue;
         }
         // Split K: each slice's partial sums [slice][m][rows], then their sum with the bias into y.
         const Tensor part = scratch(g.slices * m * p.rows, Elem::F32);
         pc.u(0).u(p.rows).u(0).u(0).u(g.kchunk);
-        dispatch(kernel, {x, wt.span(), {}, part.span(), tables.span()}, 8u, pc, grid, flops, g.shape.constants);
+        dispatch(kernel, {x, wt.span(), {}, part.span(), tables.span()}, 8u, pc, grid, flops,
+                 g.shape.constants);
         dispatch("linear_reduce", {part.span(), bias.span(), y}, 4u,
                  Push().u(m).u(p.rows).u(g.slices).u(y.off).u(w.out()).u(p.row0).u(w.bias ? 1 : 0),
                  grid_1d(m * p.rows));

@@ -300,7 +300,8 @@ Backbone::Prefill::Prefill(const Backbone& b, BackboneState& state, PrefillInput
     // as the chunks append their rows.
     const size_t kv = static_cast<size_t>(in_.T) * b_.cfg_.num_kv_heads * b_.cfg_.head_dim;
     for (size_t l = 0; l < state_.layers.size(); ++l) {
-        if (b_.layers_[l].type != LayerType::FullAttention || !b_.device_of(static_cast<int>(l)).is_cpu()) continue;
+        if (b_.layers_[l].type != LayerType::FullAttention || !b_.device_of(static_cast<int>(l)).is_cpu())
+            continue;
         BackboneState::Layer& S = state_.layers[l];
         if (kv_as_bf16(S, opt_.kv_bf16)) {
             S.kb.reserve(kv), S.vb.reserve(kv);
@@ -408,7 +409,8 @@ void Backbone::run_layers(BackboneState& st, int l0, int l1, const dev::Tensor& 
         if (L.type == LayerType::LinearAttention)
             gdn_mixer(L, S, xn.span(), T, c, mix.span(), internals ? &trace->layers[l].gdn : nullptr);
         else
-            attention_mixer(L, S, xn.span(), T, c, mix.span(), internals ? &trace->layers[l].attention : nullptr);
+            attention_mixer(L, S, xn.span(), T, c, mix.span(),
+                            internals ? &trace->layers[l].attention : nullptr);
         if (trace) trace->layers[l].mixer_out = c.s.read(mix.span());
         {
             auto tm = c.time(&BackboneProfile::norms);
@@ -424,8 +426,8 @@ void Backbone::run_layers(BackboneState& st, int l0, int l1, const dev::Tensor& 
     }
 }
 
-void Backbone::gdn_mixer(const Layer& L, const LayerState& S, dev::Span xn, int64_t T, Ctx& c,
-                         dev::Span out, BackboneTrace::Gdn* tr) const {
+void Backbone::gdn_mixer(const Layer& L, const LayerState& S, dev::Span xn, int64_t T, Ctx& c, dev::Span out,
+                         BackboneTrace::Gdn* tr) const {
     const GdnWeights& w = L.gdn;
     const int Hk = cfg_.linear_num_key_heads, Hv = cfg_.linear_num_value_heads;
     const int dk = cfg_.linear_key_head_dim, dv = cfg_.linear_value_head_dim;
@@ -554,7 +556,8 @@ void Backbone::to_host(BackboneState& st, int64_t kv_from) const {
     if (!st.resident) return;
     const std::unique_ptr<dev::Stream> s = device_.stream({});
     const int64_t kvdim = int64_t{cfg_.num_kv_heads} * cfg_.head_dim;
-    for (int l = 0; l < cfg_.num_layers; ++l) fetch_layer(st.resident->layers[l], st.layers[l], kv_from, kvdim, *s);
+    for (int l = 0; l < cfg_.num_layers; ++l)
+        fetch_layer(st.resident->layers[l], st.layers[l], kv_from, kvdim, *s);
     s->sync();
 }
 

@@ -265,8 +265,8 @@ private:
 
     void gdn_mixer(const Layer& L, const LayerState& S, dev::Span xn, int64_t T, Ctx& c, dev::Span out,
                    BackboneTrace::Gdn* tr) const;
-    void attention_mixer(const Layer& L, const LayerState& S, dev::Span xn, int64_t T, Ctx& c,
-                         dev::Span out, BackboneTrace::Attention* tr) const;
+    void attention_mixer(const Layer& L, const LayerState& S, dev::Span xn, int64_t T, Ctx& c, dev::Span out,
+                         BackboneTrace::Attention* tr) const;
     void mlp(const Layer& L, dev::Span xn, int64_t T, Ctx& c, dev::Span out) const;
     void run_layers(BackboneState& st, int l0, int l1, const dev::Tensor& h, const dev::Tensor& xn,
                     const dev::Tensor& mix, const int32_t* positions, int64_t positions_stride, int64_t T,

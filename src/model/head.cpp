@@ -542,7 +542,8 @@ const float* HeadFeatureBuilder::memory_rows(int64_t first) {
     const int64_t W = w_->cfg.width;
     if (w_->dev->is_cpu()) return out_.memory.data() + first * W;
     memory_copy_.resize(static_cast<size_t>((done_ - first) * W));
-    if (done_ > first) w_->stream()->download(memory_copy_.data(), device_memory().at(first * W, (done_ - first) * W));
+    if (done_ > first)
+        w_->stream()->download(memory_copy_.data(), device_memory().at(first * W, (done_ - first) * W));
     return memory_copy_.data();
 }
 
@@ -603,8 +604,8 @@ void route_evidence(const Pass& p, const Weights& w, const HeadFeatures& ft, dev
     const int64_t T = ft.length, W = w.cfg.width;
     dev::Tensor hold;
     const dev::Span mem = p.memory(ft, hold);
-    const dev::Tensor keys = p.scratch(T * W), values = p.scratch(w.reference ? T * W : 0), x = p.scratch(N * W),
-                      tmp = p.scratch(N * W);
+    const dev::Tensor keys = p.scratch(T * W), values = p.scratch(w.reference ? T * W : 0),
+                      x = p.scratch(N * W), tmp = p.scratch(N * W);
     for (const RoutingLayer& l : w.routing) {
         p.norm(l.query_norm, r, N, x.span());
         if (!w.reference) {  // keys holds the normalised memory
@@ -669,8 +670,9 @@ void field_layers(const Pass& p, const Weights& w, const HeadFeatures& ft, dev::
     const int heads = w.cfg.heads;
     dev::Tensor hold;
     const dev::Span mem = p.memory(ft, hold);
-    const dev::Tensor fx = p.scratch(Q * W), ftmp = p.scratch(Q * W), qk = p.scratch(Q * W), qv = p.scratch(Q * W),
-                      keys = p.scratch(w.reference ? T * W : 0), values = p.scratch(w.reference ? T * W : 0);
+    const dev::Tensor fx = p.scratch(Q * W), ftmp = p.scratch(Q * W), qk = p.scratch(Q * W),
+                      qv = p.scratch(Q * W), keys = p.scratch(w.reference ? T * W : 0),
+                      values = p.scratch(w.reference ? T * W : 0);
     for (const FieldLayer& l : w.layers) {
         p.norm(l.norm1, f, Q, fx.span());
         memory_kv(p, l.self_attn, nullptr, fx.span(), Q, W, qk.span(), qv.span());
@@ -768,7 +770,8 @@ std::vector<std::vector<float>> score_questions(const Pass& p, const Weights& w,
         for (int64_t j = first[i]; j < first[i + 1]; ++j)
             row.push_back(prior[j] + w.gate * (w.joint_scale * cosine[j] + residual[j]));
         if (trace) {
-            trace->option_norm.emplace_back(options.begin() + first[i] * W, options.begin() + first[i + 1] * W);
+            trace->option_norm.emplace_back(options.begin() + first[i] * W,
+                                            options.begin() + first[i + 1] * W);
             trace->residual_scorer.emplace_back(residual.begin() + first[i], residual.begin() + first[i + 1]);
         }
         result.push_back(std::move(row));
@@ -790,7 +793,8 @@ std::vector<std::vector<float>> JointHead::decide(const HeadFeatures& ft,
     for (int64_t i = 0; i < Q; ++i)
         first[i + 1] = first[i] + static_cast<int64_t>(questions[i].option_spans.size());
     const int64_t N = first.back();
-    const size_t memory = ft.memory_on_device.empty() ? ft.memory.size() : static_cast<size_t>(ft.memory_on_device.size());
+    const size_t memory =
+        ft.memory_on_device.empty() ? ft.memory.size() : static_cast<size_t>(ft.memory_on_device.size());
     if (memory != static_cast<size_t>(T * W) || ft.global.size() != static_cast<size_t>(H) ||
         ft.question_mean.size() != static_cast<size_t>(Q * H) ||
         ft.option_context.size() != static_cast<size_t>(N * H) ||
@@ -800,7 +804,8 @@ std::vector<std::vector<float>> JointHead::decide(const HeadFeatures& ft,
     const Pass p{*stream, *w.dev};
     if (trace) {
         *trace = HeadTrace{};
-        trace->memory_projection = ft.memory_on_device.empty() ? ft.memory : p.s.read(ft.memory_on_device.span());
+        trace->memory_projection =
+            ft.memory_on_device.empty() ? ft.memory : p.s.read(ft.memory_on_device.span());
     }
     const dev::Tensor r = option_queries(p, w, ft, first);
     route_evidence(p, w, ft, r.span(), N, trace);

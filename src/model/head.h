@@ -46,8 +46,8 @@ struct HeadTrace {
 // What the decide stage needs from the backbone output (stage 1). Means are over the span positions.
 struct HeadFeatures {
     int64_t length = 0;                 // T
-    std::vector<float> memory;          // [T][W]: LN_hidden(H_t)·W_memᵀ (empty where memory_on_device holds it)
-    dev::Tensor memory_on_device;       // the same on the head's device, where it was made there
+    std::vector<float> memory;     // [T][W]: LN_hidden(H_t)·W_memᵀ (empty where memory_on_device holds it)
+    dev::Tensor memory_on_device;  // the same on the head's device, where it was made there
     std::vector<float> global;          // [hidden]: LN_hidden(H_{T-1})
     std::vector<float> question_mean;   // [Q][hidden]: mean of LN_hidden(H) over each question span
     std::vector<float> option_context;  // [N][hidden]: mean of LN_hidden(H) over each option span
