@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include "device/device.h"
 #include "device/vulkan.h"
 #include "io/gguf.h"
+#include "model/head.h"
 #include "model/serve_plan.h"
 #include "model/vision.h"
 #include "small_model.h"
@@ -104,6 +106,58 @@ void decide_fixture(const std::string& dir, const std::string& file = "cases.jso
 
 TEST(VulkanDecision, TinyClefTextCases) {
     decide_fixture("tiny-clef");
+}
+
+// The decision stays on the device (issue 40, point 5): a text decision in chunks of 16 tokens, without the
+// state cache, waits for the device once per chunk and twice for the head (its two reads: the normalised
+// options with the fields, then the residual scorer), and what crosses is the inputs (the embedding rows, the
+// RoPE tables, the head's host-made features and scorer rows) and the answers (the normalised rows of the
+// question and option spans and the last row, the head's two reads): not the recurrent state, the K/V cache,
+// the hidden states or the head's memory rows, each of which alone would break the bounds.
+TEST(VulkanDecision, DecisionStaysOnTheDevice) {
+    const Engine& gpu = engine("tiny-clef", "vulkan");
+    if (gpu.device().is_cpu()) GTEST_SKIP() << "no Vulkan device on this machine";
+    const JsonValue* c = nullptr;  // the case of the longest prompt
+    for (const auto& item : cases_of("tiny-clef", "cases.json").items())
+        if (!item.find("expected_error") &&
+            (!c || item.find("input_ids")->items().size() > c->find("input_ids")->items().size()))
+            c = &item;
+    ASSERT_TRUE(c);
+    DecisionRequest req;
+    std::vector<RequestError> errors;
+    ASSERT_TRUE(clef::testing::parse_case_request(*c, req, errors));
+    DecideOptions opt;
+    opt.max_length = static_cast<int>(c->find("max_length")->as_int64());
+    opt.backbone.prefill_chunk = 16;
+    const Engine::Prepared p = gpu.prepare(req, opt);
+    const int64_t T = static_cast<int64_t>(p.prompt.input_ids.size());
+    const int64_t chunks = (T + 15) / 16;
+    ASSERT_GT(chunks, 2) << "a prompt of several chunks";
+    const dev::Transfers before = gpu.device().transfers();
+    const Decision d = gpu.run(p, opt);
+    const dev::Transfers after = gpu.device().transfers();
+    const int64_t H = gpu.config().text.hidden_size, rot = gpu.config().text.rotary_dim;
+    const int64_t W = gpu.head().config().width;
+    const int64_t Q = static_cast<int64_t>(d.prompt.questions.size());
+    int64_t N = 0, span_rows = 1;  // the last row
+    for (const auto& q : d.prompt.questions) {
+        span_rows += q.span.second - q.span.first;
+        for (const auto& [b, e] : q.option_spans) span_rows += e - b, ++N;
+    }
+    const uint64_t inputs = 4 * static_cast<uint64_t>(T * H + T * rot + (2 * N + 2 * Q + 1) * H + N * 4 * W);
+    const uint64_t answers = 4 * static_cast<uint64_t>(span_rows * H + Q * W + N * W + N);
+    EXPECT_LE(after.syncs - before.syncs, chunks + 2);
+    EXPECT_LE(after.up - before.up, inputs);
+    EXPECT_LE(after.down - before.down, answers);
+    EXPECT_GT(after.down - before.down, 0u);
+    std::printf(
+        "[ transfers] T=%lld, %lld chunks: %lld syncs, %llu bytes up (inputs %llu), %llu down (answers "
+        "%llu)\n",
+        static_cast<long long>(T), static_cast<long long>(chunks),
+        static_cast<long long>(after.syncs - before.syncs),
+        static_cast<unsigned long long>(after.up - before.up), static_cast<unsigned long long>(inputs),
+        static_cast<unsigned long long>(after.down - before.down), static_cast<unsigned long long>(answers));
+    EXPECT_EQ(dev::vulkan_validation_errors(), 0);
 }
 
 // Images and videos: the vision tower on the device too (its patch-embedding conv as a [out][in] matrix).

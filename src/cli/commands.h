@@ -47,7 +47,7 @@ struct DecisionArgs {
 void add_decision_options(CLI::App* cmd, DecisionArgs& args);
 // --kv-type f32|bf16 on a command (decide, batch, eval, serve, bench, info): sets kv_bf16.
 void add_kv_type_option(CLI::App* cmd, bool& kv_bf16);
-// --precision (exact, bf16 or int8) into `precision`.
+// --precision (exact, bf16, int8 or fp16) into `precision`.
 void add_precision_option(CLI::App* cmd, std::string& precision);
 // The option's value as a Precision; clef::Error for anything else.
 ops::Precision precision_option(const std::string& s);

@@ -110,14 +110,15 @@ DecideOptions DecisionArgs::options() const {
 
 ops::Precision precision_option(const std::string& s) {
     ops::Precision p;
-    if (!parse_precision(s, p)) throw Error("--precision: expected exact, bf16 or int8, got '" + s + "'");
+    if (!parse_precision(s, p))
+        throw Error("--precision: expected exact, bf16, int8 or fp16, got '" + s + "'");
     return p;
 }
 
 void add_precision_option(CLI::App* cmd, std::string& precision) {
     cmd->add_option("--precision", precision,
-                    "Projection activations: exact (fp32-accurate), bf16 or int8 (faster, small deviations: "
-                    "docs/PERFORMANCE.md)")
+                    "Projection activations: exact (fp32-accurate), bf16 or int8 (faster on the CPU, small "
+                    "deviations: docs/PERFORMANCE.md), fp16 (tensor cores of a Vulkan GPU: docs/GPU.md)")
         ->capture_default_str();
 }
 

@@ -50,6 +50,22 @@ bool has_extension(VkPhysicalDevice pd, const char* name) {
     });
 }
 
+// Whether the device has VK_NV_cooperative_matrix with 16 x 16 x 16 fp16 x fp16 -> fp32 subgroup matrices.
+bool nv_f16_shape(VkPhysicalDevice pd) {
+    if (!has_extension(pd, "VK_NV_cooperative_matrix") || !vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)
+        return false;
+    uint32_t n = 0;
+    vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(pd, &n, nullptr);
+    std::vector<VkCooperativeMatrixPropertiesNV> props(n);
+    for (auto& p : props) p.sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+    vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(pd, &n, props.data());
+    return std::any_of(props.begin(), props.end(), [](const VkCooperativeMatrixPropertiesNV& p) {
+        return p.MSize == 16 && p.NSize == 16 && p.KSize == 16 && p.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+               p.BType == VK_COMPONENT_TYPE_FLOAT16_NV && p.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+               p.DType == VK_COMPONENT_TYPE_FLOAT32_NV && p.scope == VK_SCOPE_SUBGROUP_NV;
+    });
+}
+
 // Properties, limits, memory heaps and the features the kernels choose by (Vulkan 1.1+ query chains).
 VulkanDeviceInfo describe(VkPhysicalDevice pd, int index) {
     VulkanDeviceInfo d;
@@ -100,6 +116,7 @@ VulkanDeviceInfo describe(VkPhysicalDevice pd, int index) {
     d.int_dot = f13.shaderIntegerDotProduct;
     d.coop_matrix =
         has_extension(pd, "VK_NV_cooperative_matrix") || has_extension(pd, "VK_KHR_cooperative_matrix");
+    d.coop_matrix_nv = f12.vulkanMemoryModel && d.fp16 && nv_f16_shape(pd);
     return d;
 }
 
@@ -123,7 +140,13 @@ VkResult create_instance(bool validation, VkInstance& inst) {
     ci.pApplicationInfo = &app;
     const char* layer = "VK_LAYER_KHRONOS_validation";
     const char* ext = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
+    // Synchronization validation too: every hazard between kernels and copies the barriers miss is an error.
+    const VkValidationFeatureEnableEXT sync = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
+    VkValidationFeaturesEXT features{};
+    features.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT;
+    features.enabledValidationFeatureCount = 1, features.pEnabledValidationFeatures = &sync;
     if (validation) {
+        ci.pNext = &features;
         ci.enabledLayerCount = 1, ci.ppEnabledLayerNames = &layer;
         ci.enabledExtensionCount = 1, ci.ppEnabledExtensionNames = &ext;
     }
