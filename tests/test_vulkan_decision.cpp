@@ -22,6 +22,7 @@
 #include "io/gguf.h"
 #include "model/head.h"
 #include "model/serve_plan.h"
+#include "image/synthetic.h"
 #include "model/vision.h"
 #include "small_model.h"
 #include "test_util.h"
@@ -180,6 +181,57 @@ TEST(VulkanDecision, LayersSplitBetweenTheDeviceAndTheCpu) {
 
 TEST(VulkanDecision, TinyClef27Cases) {
     decide_fixture("tiny-clef27");
+}
+
+namespace {
+
+// One decision on both devices of tiny-clef: max |dp| <= 1e-4 and the same argmax per question.
+void decide_both(const DecisionRequest& req, const DecideOptions& opt) {
+    const Engine& gpu = engine("tiny-clef", "vulkan");
+    const Engine& cpu = engine("tiny-clef", "cpu");
+    const Decision want = cpu.decide(req, opt);
+    const Decision got = gpu.decide(req, opt);
+    ASSERT_EQ(got.probabilities.size(), want.probabilities.size());
+    EXPECT_LE(clef::testing::max_probability_diff(got.probabilities, want.probabilities), 1e-4);
+    for (size_t q = 0; q < want.probabilities.size(); ++q)
+        EXPECT_EQ(argmax(got.probabilities[q]), argmax(want.probabilities[q])) << "question " << q;
+}
+
+DecisionRequest request_of(const std::string& body) {
+    DecisionRequest req;
+    std::vector<RequestError> errors;
+    EXPECT_TRUE(parse_request(parse_json_or_throw(body, "request"), req, errors)) << describe_errors(errors);
+    return req;
+}
+
+}  // namespace
+
+// Long inputs on the device (issue 40): a text decision of 16,384 tokens (a state cut to the default
+// max_length) in 512-token chunks against the CPU exact path: 32 chunks of every kernel, attention over up to
+// 16k keys, the delta rule's state carried through 256 chunks of 64, each far past lavapipe's cut of a loop at
+// 65,535 iterations if a kernel looped per token or key. And the vision tower on the largest image the
+// fixture's processor allows (a 4,000 x 3,000 picture resized to its 12,288-pixel edge budget).
+TEST(VulkanDecision, LongInputs) {
+    const Engine& gpu = engine("tiny-clef", "vulkan");
+    if (gpu.device().is_cpu()) GTEST_SKIP() << "no Vulkan device on this machine";
+    std::string state;
+    for (int i = 0; state.size() < 120000; ++i) state += "parcel " + std::to_string(i % 997) + " arrived late; ";
+    DecisionRequest text = request_of(R"({"model": "m", "state": ")" + state +
+                                      R"(", "questions": {"late": {"type": "noul"}, "team": {"type": "choice",
+                                      "criteria": {"billing": null, "support": null}}}})");
+    DecideOptions opt;
+    const Engine::Prepared p = gpu.prepare(text, opt);
+    EXPECT_EQ(static_cast<int64_t>(p.prompt.input_ids.size()), opt.max_length);
+    decide_both(text, opt);
+
+    DecisionRequest image = request_of(R"({"model": "m", "state": "What is shown?",
+        "questions": {"chart": {"type": "noul"}}})");
+    DecodedImage big;
+    big.rgb = synthetic_image(4000, 3000);
+    big.format = ImageFormat::Png, big.mode = "RGB", big.stored_width = 4000, big.stored_height = 3000;
+    image.decoded_images = {big};
+    decide_both(image, opt);
+    EXPECT_EQ(dev::vulkan_validation_errors(), 0);
 }
 
 namespace {
