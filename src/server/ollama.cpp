@@ -1,9 +1,9 @@
 // Ollama's discovery API (docs/API.md, "Ollama clients"): /api/tags and /api/show in Ollama's shapes.
-#include <cctype>
 #include <initializer_list>
 #include <utility>
 
 #include "server/server_impl.h"
+#include "util/text.h"
 
 namespace clef {
 
@@ -15,8 +15,7 @@ namespace {
 
 // Ollama's `details` of a model (/api/tags, /api/show).
 JsonValue ollama_details(const ModelCard& m) {
-    std::string level = m.quantization;
-    for (char& c : level) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    const std::string level = ascii_upper(m.quantization);
     return JsonValue::object({{"parent_model", str("")},
                               {"format", str(m.format)},
                               {"family", str("clef")},
