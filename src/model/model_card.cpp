@@ -174,7 +174,7 @@ void set_file_facts(ModelCard& c, const std::vector<std::string>& paths) {
 // A GGUF's own name for the model (general.basename, else general.name) when it is Clef-Flash or Clef.
 std::string gguf_model_name(const std::string& path) {
     const GgufFile f = GgufFile::open(path);
-    for (const char* key : {"general.basename", "general.name"}) {
+    for (const char* key : {gguf_general::kBasename, gguf_general::kName}) {
         const GgufValue* v = f.find(key);
         if (!v || v->type() != GgufType::kString) continue;
         if (std::string n = known_model_name(v->as_string()); !n.empty()) return n;
