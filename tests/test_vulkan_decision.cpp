@@ -317,6 +317,7 @@ TEST(VulkanDecision, DevicePlanMatchesTheDevice) {
         const uint64_t loaded = e->device().memory().used;
         MemoryPlanInput in = machine_plan_input(672);
         in.device = true;
+        in.device_max_buffer = e->device().memory().max_buffer;
         const MemoryPlan plan = compute_memory_plan(file, "", in);
         ASSERT_TRUE(plan.device);
         const double weights = static_cast<double>(plan.device->weights());

@@ -26,6 +26,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -35,6 +36,7 @@
 #include "io/safetensors.h"
 #include "quant/quant.h"
 #include "util/half.h"
+#include "util/text.h"
 
 using namespace clef;
 
@@ -1209,4 +1211,46 @@ TEST(VulkanKernels, KernelTimes) {
     for (int64_t i = 0; i < a.T; ++i) keys += static_cast<double>(a.p0 + i + 1);
     EXPECT_DOUBLE_EQ(at.flops, 4.0 * a.nh * a.hd * keys);
     EXPECT_EQ(dev::vulkan_validation_errors(), 0);
+}
+
+// The scratch pool rounds a buffer as dev::pool_bytes says, the one rounding the memory plan counts too
+// (model/memory_plan.cpp): the next power of two of its bytes, at least 4 KiB. A device of its own, so that no
+// freed buffer of another test is handed back.
+TEST(VulkanKernels, ScratchTakesThePoolsSizeClass) {
+    const dev::DeviceChoice c = dev::choose_device("vulkan", dev::probe_vulkan());
+    if (!c.vulkan) GTEST_SKIP() << "no Vulkan device: " << c.reason;
+    const std::unique_ptr<dev::Device> d = dev::open_vulkan(c.index);
+    const std::pair<int64_t, uint64_t> cases[] = {{1, 4096}, {1000, 4096}, {1025, 8192}, {70000, 524288}};
+    std::unique_ptr<dev::Stream> s = d->stream({});
+    std::vector<dev::Tensor> held;  // none goes back to the pool before the end
+    for (const auto& [n, bytes] : cases) {
+        const uint64_t before = d->memory().used;
+        held.push_back(s->scratch(n));
+        EXPECT_EQ(d->memory().used - before, bytes) << n << " floats";
+        EXPECT_EQ(dev::pool_bytes(4 * n, d->memory().max_buffer), bytes);
+    }
+    EXPECT_EQ(dev::pool_bytes(3 << 20, 2 << 20), uint64_t{3} << 20);  // past the largest buffer: as asked
+    EXPECT_EQ(dev::pool_bytes(3 << 20, 5 << 20), uint64_t{4} << 20);
+    EXPECT_EQ(dev::pool_bytes(3 << 20, 0), uint64_t{4} << 20);
+}
+
+// CMakeLists.txt's CLEF_GEMM_TYPES is the GPU's one list of weight types: every type clef reads from a GGUF
+// (quant/quant.h ggml_type_traits, the CPU's list) is in it but F64 (widened to fp32 on load), with its three
+// kernels embedded; every row names such a type, once, and the shaders' numbers are distinct. A type added on
+// one side only fails here (a number the shaders do not know fails the build: dequant.glsl).
+TEST(VulkanKernels, OneListOfGemmWeightTypes) {
+    std::set<std::string> listed;
+    std::set<int> numbers;
+    for (const dev::GemmWeightType& g : dev::vulkan_gemm_types()) {
+        EXPECT_TRUE(listed.insert(std::string(g.name)).second) << g.name;
+        EXPECT_TRUE(numbers.insert(g.wtype).second) << g.name;
+        for (const char* kernel : {"linear_", "linear_cm_", "linear_cmnv_"})
+            EXPECT_TRUE(dev::vulkan_has_kernel(kernel + std::string(g.name))) << kernel << g.name;
+    }
+    std::set<std::string> read;
+    for (uint32_t t = 0; t < 64; ++t) {
+        const GgmlTypeTraits tr = ggml_type_traits(t);
+        if (tr.name && tr.supported && static_cast<GgmlType>(t) != GgmlType::F64) read.insert(ascii_lower(tr.name));
+    }
+    EXPECT_EQ(listed, read);
 }

@@ -25,6 +25,7 @@ void device_budget(DecisionMemoryBudget& m, const ServeModel& s, const MemoryPla
     if (limit == 0) return;  // no bound known: decisions that do not fit get 503 from the device
     base.device = true;
     base.device_layers = e.backbone().device_layers();
+    base.device_max_buffer = d.memory().max_buffer;
     const uint64_t weights = planner(base).device->weights();
     m.device_budget = limit > weights ? limit - weights : 0;
     m.device_limit = fmt::format("{} {} MiB less the weights' {} MiB",

@@ -182,6 +182,7 @@ void Engine::fit_device() {
     // The plan reads the model's files (a GGUF's mmproj tower is not in it: it goes on the device beside).
     MemoryPlanInput in = machine_plan_input(options_.plan_tokens);
     in.device = true;
+    in.device_max_buffer = device_.load()->memory().max_buffer;
     in.unpack_quantised = options_.unpack_quantised;
     const int layers = config_.text.num_layers;
     MemoryPlanner planner;

@@ -12,6 +12,7 @@
 // kernels. Layouts are row-major with the row strides named in each kernel.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -230,7 +231,17 @@ struct KernelTime {
 struct DeviceMemory {
     uint64_t total = 0;
     uint64_t used = 0;
+    uint64_t max_buffer = 0;  // the largest buffer a kernel may bind (maxStorageBufferRange; 0: no limit)
 };
+
+// The bytes a scratch buffer of `bytes` holds in a device's pool: its power-of-two size class, at least 4 KiB,
+// but not past the device's largest buffer (`max_buffer`, 0: no limit). The Vulkan device's pool
+// (device/vk_device.cpp) allocates this; the memory plan (model/memory_plan.cpp) counts it.
+inline uint64_t pool_bytes(uint64_t bytes, uint64_t max_buffer = 0) {
+    uint64_t c = 4096;
+    while (c < bytes) c <<= 1;
+    return max_buffer == 0 ? c : std::min(c, std::max(bytes, max_buffer));
+}
 
 // What crossed between the host and a device since it was opened (Device::transfers): the host's waits for
 // the device (submissions it waited for) and the bytes copied each way. The CPU device counts none.

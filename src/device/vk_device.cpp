@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,9 +14,11 @@
 
 #include "device/device.h"
 #include "device/vk_context.h"
+#include "device/vk_shaders.h"
 #include "device/vulkan.h"
 #include "ops/iq_tables.h"
 #include "util/error.h"
+#include "util/text.h"
 
 namespace clef::dev {
 
@@ -36,13 +37,8 @@ uint64_t elem_bytes(Elem e) {
 class Pool {
 public:
     Pool(Context& ctx, std::shared_ptr<Pool> parent) : ctx_(ctx), parent_(std::move(parent)) {}
-    static uint64_t size_class(uint64_t bytes) {
-        uint64_t c = 4096;
-        while (c < bytes) c <<= 1;
-        return c;
-    }
     std::shared_ptr<Alloc> take(uint64_t bytes) {
-        const uint64_t c = std::min(size_class(bytes), std::max<uint64_t>(bytes, ctx_.max_range()));
+        const uint64_t c = pool_bytes(bytes, ctx_.max_range());
         {
             std::lock_guard<std::mutex> lk(mu_);
             auto& v = free_[c];
@@ -365,7 +361,9 @@ public:
     std::string name() const override { return ctx_.info().name; }
     bool is_cpu() const override { return false; }
     std::string kind() const override { return "vulkan"; }
-    DeviceMemory memory() const override { return {ctx_.info().device_local_bytes(), ctx_.allocated()}; }
+    DeviceMemory memory() const override {
+        return {ctx_.info().device_local_bytes(), ctx_.allocated(), ctx_.max_range()};
+    }
     Tensor vector(std::vector<float> v) override {
         auto a = ctx_.alloc(v.size() * 4);
         ctx_.write(*a, 0, v.data(), v.size() * 4);
@@ -831,37 +829,10 @@ void VkStream::memory_attention(Span q, int64_t lq, int heads, int64_t w, Span w
 // The GEMM kernels' name of a type the shaders read as it is ("" for the others): the ggml name in lower case
 // (kernels linear_q4_k, linear_cm_q4_k, ...).
 std::string type_for(GgmlType t) {
-    switch (t) {
-        case GgmlType::F32:
-        case GgmlType::BF16:
-        case GgmlType::F16:
-        case GgmlType::Q8_0:
-        case GgmlType::Q4_0:
-        case GgmlType::Q4_1:
-        case GgmlType::Q5_0:
-        case GgmlType::Q5_1:
-        case GgmlType::Q2_K:
-        case GgmlType::Q3_K:
-        case GgmlType::Q4_K:
-        case GgmlType::Q5_K:
-        case GgmlType::Q6_K:
-        case GgmlType::IQ4_NL:
-        case GgmlType::IQ4_XS:
-        case GgmlType::IQ2_XXS:
-        case GgmlType::IQ2_XS:
-        case GgmlType::IQ2_S:
-        case GgmlType::IQ3_XXS:
-        case GgmlType::IQ3_S:
-        case GgmlType::IQ1_S:
-        case GgmlType::IQ1_M: {
-            std::string name = ggml_type_name(static_cast<uint32_t>(t));  // "q4_K": the kernel is linear_q4_k
-            std::transform(name.begin(), name.end(), name.begin(),
-                           [](unsigned char c) { return std::tolower(c); });
-            return name;
-        }
-        default:
-            return "";
-    }
+    const std::string name = ascii_lower(ggml_type_name(static_cast<uint32_t>(t)));  // "q4_K": linear_q4_k
+    for (const GemmWeightType& g : vulkan_gemm_types())
+        if (g.name == name) return name;
+    return "";
 }
 
 // The words of the i-quant table buffer, in the order of shaders/dequant.glsl's TAB_ offsets.
@@ -992,6 +963,17 @@ void force_vulkan_gemm(const std::string& shape, int slices) {
 
 int vulkan_validation_errors() {
     return vk::Context::validation_errors();
+}
+
+std::span<const GemmWeightType> vulkan_gemm_types() {
+    static constexpr GemmWeightType kTypes[] = {
+#include "vk_gemm_types.inc"
+    };
+    return kTypes;
+}
+
+bool vulkan_has_kernel(std::string_view name) {
+    return vk::find_spirv(name) != nullptr;
 }
 
 }  // namespace clef::dev

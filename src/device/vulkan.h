@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace clef::dev {
@@ -44,6 +46,17 @@ struct VulkanProbe {
     std::string error;
 };
 VulkanProbe probe_vulkan();
+
+// A weight type the device's projection GEMM reads as stored: ggml's name in lower case and the shaders'
+// number (WTYPE, src/device/shaders/dequant.glsl). CMakeLists.txt's CLEF_GEMM_TYPES is the one list: it
+// generates these rows and each type's kernels (linear_<name>, linear_cm_<name>, linear_cmnv_<name>).
+struct GemmWeightType {
+    std::string_view name;
+    int wtype;
+};
+std::span<const GemmWeightType> vulkan_gemm_types();
+// Whether the binary embeds the Vulkan kernel `name` (compiled from src/device/shaders at build time).
+bool vulkan_has_kernel(std::string_view name);
 
 // A `--device` spec as written: auto, cpu, vulkan, or vulkan:N (N: up to three digits). Throws clef::Error
 // ("--device 'x': expected auto, cpu, vulkan or vulkan:N") for anything else. Every command reads --device

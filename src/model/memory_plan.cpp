@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <vector>
 
+#include "device/device.h"
 #include "ops/simd_kernels.h"
 
 namespace clef {
@@ -353,17 +354,10 @@ DecisionMemory plan_decision(const TextConfig& text, const HeadConfig* head, con
 
 namespace {
 
-// A buffer of the Vulkan device's scratch pool: its power-of-two size class, at least 4 KiB
-// (device/vk_device.cpp Pool::size_class).
-uint64_t pooled(uint64_t bytes) {
-    uint64_t c = 4096;
-    while (c < bytes) c <<= 1;
-    return c;
-}
-
-uint64_t pooled(std::initializer_list<uint64_t> buffers) {
+// Buffers of the Vulkan device's scratch pool, as the pool rounds them (device/device.h pool_bytes).
+uint64_t pooled(const MemoryPlanInput& in, std::initializer_list<uint64_t> buffers) {
     uint64_t n = 0;
-    for (uint64_t b : buffers) n += pooled(b);
+    for (uint64_t b : buffers) n += dev::pool_bytes(b, in.device_max_buffer);
     return n;
 }
 
@@ -414,16 +408,16 @@ DevicePlan plan_device(const ModelConfig& model, const HeadConfig* head, const M
     for (int l = 0; l < p.layers; ++l) (t.layer_types[l] == LayerType::FullAttention ? full : linear) += 1;
     p.state = f32(linear * d.recurrent) + kv_bytes(in, 2 * int64_t{full} * N * d.kvd);
     const uint64_t row = f32(c * d.H), gate = f32(c * (d.qrows - d.qd));
-    p.activations = pooled({row, row, row, f32(c * d.half_rope), f32(c * d.half_rope)});
+    p.activations = pooled(in, {row, row, row, f32(c * d.half_rope), f32(c * d.half_rope)});
     if (linear > 0)
-        p.activations += pooled({f32(c * d.cd), f32(c * d.cd), f32(c * d.vd), f32(c * d.Hv), f32(c * d.Hv),
+        p.activations += pooled(in, {f32(c * d.cd), f32(c * d.cd), f32(c * d.vd), f32(c * d.Hv), f32(c * d.Hv),
                                  f32(c * d.kd), f32(c * d.kd), f32(c * d.vd), f32(c * d.vd)});
     if (full > 0)
         p.activations +=
-            pooled({f32(c * d.qrows), f32(c * d.kvd), f32(c * d.kvd), f32(c * d.qd), gate, f32(c * d.qd)});
-    p.activations += pooled({f32(c * d.I), f32(c * d.I)});
+            pooled(in, {f32(c * d.qrows), f32(c * d.kvd), f32(c * d.kvd), f32(c * d.qd), gate, f32(c * d.qd)});
+    p.activations += pooled(in, {f32(c * d.I), f32(c * d.I)});
     // The head (model/head.cpp) on the device: its memory rows [N][W], normalised, and a chunk's rows.
-    if (head) p.activations += pooled({f32(N * W), f32(N * W), f32(c * d.H), f32(c * W)});
+    if (head) p.activations += pooled(in, {f32(N * W), f32(N * W), f32(c * d.H), f32(c * W)});
     return p;
 }
 

@@ -58,6 +58,7 @@ struct MemoryPlanInput {
     // LoadOptions::gpu_layers).
     bool device = false;
     int device_layers = -1;
+    uint64_t device_max_buffer = 0;  // its largest buffer (dev::DeviceMemory::max_buffer; 0: no limit)
 };
 
 // What the model holds on a Vulkan device (device/vk_device.cpp) and what a decision of N tokens adds there.

@@ -73,6 +73,9 @@ int tab_i8(uint word0, uint b) { return int(tab_byte(word0, b) << 24) >> 24; }
 #elif WTYPE == 21
 #define BS 56u
 #endif
+#ifndef BS
+#error "dequant.glsl: no block layout for this WTYPE (a new type of CMakeLists.txt's CLEF_GEMM_TYPES needs one)"
+#endif
 
 // The nibble of value j0 + i (j0 a multiple of 8, i < 8) of a 32-value block whose 16 bytes start at q: low
 // nibbles first.
