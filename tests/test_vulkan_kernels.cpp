@@ -1214,8 +1214,8 @@ TEST(VulkanKernels, KernelTimes) {
 }
 
 // The scratch pool rounds a buffer as dev::pool_bytes says, the one rounding the memory plan counts too
-// (model/memory_plan.cpp): the next power of two of its bytes, at least 4 KiB. A device of its own, so that no
-// freed buffer of another test is handed back.
+// (model/memory_plan.cpp): the next power of two of its bytes, at least 4 KiB. A device of its own, so that
+// no freed buffer of another test is handed back.
 TEST(VulkanKernels, ScratchTakesThePoolsSizeClass) {
     const dev::DeviceChoice c = dev::choose_device("vulkan", dev::probe_vulkan());
     if (!c.vulkan) GTEST_SKIP() << "no Vulkan device: " << c.reason;
@@ -1250,7 +1250,8 @@ TEST(VulkanKernels, OneListOfGemmWeightTypes) {
     std::set<std::string> read;
     for (uint32_t t = 0; t < 64; ++t) {
         const GgmlTypeTraits tr = ggml_type_traits(t);
-        if (tr.name && tr.supported && static_cast<GgmlType>(t) != GgmlType::F64) read.insert(ascii_lower(tr.name));
+        if (tr.name && tr.supported && static_cast<GgmlType>(t) != GgmlType::F64)
+            read.insert(ascii_lower(tr.name));
     }
     EXPECT_EQ(listed, read);
 }

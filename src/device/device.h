@@ -234,8 +234,8 @@ struct DeviceMemory {
     uint64_t max_buffer = 0;  // the largest buffer a kernel may bind (maxStorageBufferRange; 0: no limit)
 };
 
-// The bytes a scratch buffer of `bytes` holds in a device's pool: its power-of-two size class, at least 4 KiB,
-// but not past the device's largest buffer (`max_buffer`, 0: no limit). The Vulkan device's pool
+// The bytes a scratch buffer of `bytes` holds in a device's pool: its power-of-two size class, at least 4
+// KiB, but not past the device's largest buffer (`max_buffer`, 0: no limit). The Vulkan device's pool
 // (device/vk_device.cpp) allocates this; the memory plan (model/memory_plan.cpp) counts it.
 inline uint64_t pool_bytes(uint64_t bytes, uint64_t max_buffer = 0) {
     uint64_t c = 4096;

@@ -410,11 +410,12 @@ DevicePlan plan_device(const ModelConfig& model, const HeadConfig* head, const M
     const uint64_t row = f32(c * d.H), gate = f32(c * (d.qrows - d.qd));
     p.activations = pooled(in, {row, row, row, f32(c * d.half_rope), f32(c * d.half_rope)});
     if (linear > 0)
-        p.activations += pooled(in, {f32(c * d.cd), f32(c * d.cd), f32(c * d.vd), f32(c * d.Hv), f32(c * d.Hv),
-                                 f32(c * d.kd), f32(c * d.kd), f32(c * d.vd), f32(c * d.vd)});
-    if (full > 0)
         p.activations +=
-            pooled(in, {f32(c * d.qrows), f32(c * d.kvd), f32(c * d.kvd), f32(c * d.qd), gate, f32(c * d.qd)});
+            pooled(in, {f32(c * d.cd), f32(c * d.cd), f32(c * d.vd), f32(c * d.Hv), f32(c * d.Hv),
+                        f32(c * d.kd), f32(c * d.kd), f32(c * d.vd), f32(c * d.vd)});
+    if (full > 0)
+        p.activations += pooled(
+            in, {f32(c * d.qrows), f32(c * d.kvd), f32(c * d.kvd), f32(c * d.qd), gate, f32(c * d.qd)});
     p.activations += pooled(in, {f32(c * d.I), f32(c * d.I)});
     // The head (model/head.cpp) on the device: its memory rows [N][W], normalised, and a chunk's rows.
     if (head) p.activations += pooled(in, {f32(N * W), f32(N * W), f32(c * d.H), f32(c * W)});
