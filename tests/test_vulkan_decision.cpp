@@ -212,6 +212,7 @@ DecisionRequest request_of(const std::string& body) {
 // at 65,535 iterations if a kernel looped per token or key. And the vision tower on the largest image the
 // fixture's processor allows (a 4,000 x 3,000 picture resized to its 12,288-pixel edge budget).
 TEST(VulkanDecision, LongInputs) {
+    if (clef::testing::kSanitized) GTEST_SKIP() << "the Release run has it (minutes of lavapipe under ASan)";
     const Engine& gpu = engine("tiny-clef", "vulkan");
     if (gpu.device().is_cpu()) GTEST_SKIP() << "no Vulkan device on this machine";
     std::string state;
