@@ -180,6 +180,7 @@ void run_bench(const BenchArgs& a) {
     int64_t reused = 0;
     for (int i = 0; i < a.repeat; ++i) {
         DecisionProfile p;
+        p.backbone.sync = a.profile;  // per-op times wait for the device only under --profile
         opt.profile = &p;
         reused = engine->run(prepared, opt).tokens_reused;
         if (total.empty() || p.total < *std::min_element(total.begin(), total.end())) best = p;
