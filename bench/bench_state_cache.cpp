@@ -17,7 +17,8 @@ using namespace clef;
 
 namespace {
 
-// n choice questions on the state, each `question` asked of another aspect of the ticket.
+// n choice questions on the state ("team": `question`; with more, each asked of another aspect of the
+// ticket).
 DecisionRequest request(const std::string& state, const std::string& question, int n) {
     static const char* aspects[] = {"the ticket", "its first message", "its latest message", "the customer"};
     JsonValue body = JsonValue::object();
@@ -27,12 +28,13 @@ DecisionRequest request(const std::string& state, const std::string& question, i
     for (int i = 0; i < n; ++i) {
         JsonValue q = JsonValue::object();
         q.set("type", JsonValue::string("choice"));
-        q.set("instructions", JsonValue::string(question + " Consider " + aspects[i % 4] + "."));
+        q.set("instructions",
+              JsonValue::string(n == 1 ? question : question + " Consider " + aspects[i % 4] + "."));
         JsonValue criteria = JsonValue::object();
         for (const char* o : {"billing", "engineering", "sales"})
             criteria.set(o, JsonValue::string(std::string("The ") + o + " team."));
         q.set("criteria", std::move(criteria));
-        qs.set("team" + std::to_string(i + 1), std::move(q));
+        qs.set(n == 1 ? std::string("team") : "team" + std::to_string(i + 1), std::move(q));
     }
     body.set("questions", std::move(qs));
     DecisionRequest r;

@@ -346,8 +346,8 @@ void DecisionTask::State::begin() {
     if (cache) {
         plan = cache->plan(ids, p.media_key, p.prompt.state_end);
         resume = cache->find(plan, ids, e.backbone_->start(), W);
-        builder->restore_memory(resume.memory.data(), resume.position);
-        resume.memory = {};
+        for (const auto& [rows, n] : resume.memory) builder->restore_memory(rows, n);
+        resume.memory = {}, resume.entries = {};
     } else {
         resume.state = e.backbone_->start();
     }
