@@ -88,3 +88,55 @@ TEST(StateCache, MismatchedTokensAreAMiss) {
     EXPECT_EQ(cache.find(cache.plan(other, 0, 8), other, fresh, 2).position, 0);
     EXPECT_EQ(cache.find(cache.plan(ids, 7, 8), ids, fresh, 2).position, 0);  // other images
 }
+
+// A hit copies the last entry's recurrent state and the chain's K/V rows once, into caches with room for the
+// whole prompt (the prefill then appends in place), and hands out the chain's memory rows in place, kept
+// alive by the Resume when the cache drops its entries.
+TEST(StateCache, AHitRestoresTheChainOnceWithRoomForThePrompt) {
+    const std::vector<int32_t> ids = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    const int64_t kv = 2, width = 3;  // K/V values per row, memory values per row
+    // The state at `end` tokens: layer 0 recurrent (conv, delta), layer 1 attention with K/V row t = (t, -t).
+    auto state_at = [&](int64_t end) {
+        BackboneState s;
+        s.position = end;
+        s.layers.resize(2);
+        s.layers[0].conv = {float(end), 1.f};
+        s.layers[0].delta = {float(end), 2.f, 3.f};
+        for (int64_t t = 0; t < end; ++t)
+            for (int64_t c = 0; c < kv; ++c) {
+                s.layers[1].k.push_back(float(c ? -t : t));
+                s.layers[1].v.push_back(float(100 * t + c));
+            }
+        return s;
+    };
+    std::vector<float> memory(8 * width);  // row t = (t, t + 0.5, t + 0.25)
+    for (int64_t t = 0; t < 8; ++t)
+        for (int64_t c = 0; c < width; ++c) memory[t * width + c] = float(t) + (c ? 1.f / float(2 * c) : 0.f);
+    StateCache::Resume r;
+    {
+        StateCache cache(1 << 20, 4);
+        const StateCache::Plan plan = cache.plan(ids, 0, 8);
+        ASSERT_EQ(plan.stops, (std::vector<int64_t>{4, 8}));
+        cache.put(plan, 0, ids, state_at(4), memory.data(), width);
+        cache.put(plan, 1, ids, state_at(8), memory.data() + 4 * width, width);
+        BackboneState fresh;
+        fresh.layers.resize(2);
+        r = cache.find(plan, ids, fresh, width);
+    }  // the cache and its lists are gone; the Resume holds the entries it hands out
+    ASSERT_EQ(r.position, 8);
+    EXPECT_EQ(r.stops_done, 2u);
+    const BackboneState want = state_at(8);
+    EXPECT_EQ(r.state.position, 8);
+    EXPECT_EQ(r.state.layers[0].conv, want.layers[0].conv);
+    EXPECT_EQ(r.state.layers[0].delta, want.layers[0].delta);
+    EXPECT_TRUE(r.state.layers[0].k.empty() && r.state.layers[0].kb.empty());
+    EXPECT_EQ(r.state.layers[1].k, want.layers[1].k);
+    EXPECT_EQ(r.state.layers[1].v, want.layers[1].v);
+    // Room for the 12 tokens' rows: the prefill's 4 more rows do not move the 8 restored ones.
+    EXPECT_GE(r.state.layers[1].k.capacity(), ids.size() * kv);
+    EXPECT_GE(r.state.layers[1].v.capacity(), ids.size() * kv);
+    std::vector<float> got;
+    for (const auto& [rows, n] : r.memory) got.insert(got.end(), rows, rows + n * width);
+    EXPECT_EQ(got, memory);
+    EXPECT_EQ(r.memory.size(), 2u);  // one stretch per entry, read in place
+}

@@ -1,9 +1,10 @@
 // clef bench: times whole decisions on a synthetic request of exactly N prompt tokens and prints one JSON
 // line (throughput, backbone GFLOP/s against the measured yardstick of the precision's path, head share, peak
-// RSS, the GEMM plan and the CPU features in use).
-// With --image WxH it times the image path instead: one synthetic picture through the image processor and
-// the vision tower + merger (docs/PERFORMANCE.md "Vision tower"); with --video FRAMESxWxH the video path
-// (docs/MEDIA.md "Performance").
+// RSS, the GEMM plan and the CPU features in use). With --cached the timed decisions resume the state from
+// the state cache (docs/CACHE.md), and --profile breaks one down (the cache's lookup and restore, the prefill
+// of the rest, the head, the answers and the response). With --image WxH it times the image path instead: one
+// synthetic picture through the image processor and the vision tower + merger (docs/PERFORMANCE.md "Vision
+// tower"); with --video FRAMESxWxH the video path (docs/MEDIA.md "Performance").
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -48,6 +49,7 @@ struct BenchArgs {
     int64_t chunk = -1;  // < 0: the engine's default (512 tokens; 2048 when quantised weights are streamed)
     bool reference = false;
     bool profile = false;
+    bool cached = false;  // time decisions that resume the state from the state cache
     std::string image;  // "WxH": time the vision tower on a synthetic image instead of decisions
     std::string video;  // "FRAMESxWxH": time the video processor and the tower on synthetic frames
 };
@@ -117,6 +119,8 @@ JsonValue profile_json(const DecisionProfile& p) {
     add("mlp_act", b.mlp_act);
     add("head_features", p.head_features);
     add("head_decide", p.head_decide);
+    add("state_cache", p.state_cache);
+    add("answers_response", p.answers);
     return o;
 }
 
@@ -157,8 +161,11 @@ void run_bench(const BenchArgs& a) {
     if (a.threads > 0) ops::set_num_threads(a.threads);
 
     const auto tl = Clock::now();
-    std::unique_ptr<Engine> engine =
-        Engine::load(a.model, a.load.head, a.load.options(opt.backbone.precision));
+    // --cached: the state cache on (--cache-mib, else 4 GiB) and at least one warm-up decision to fill it.
+    const int warmup = a.cached ? std::max(a.warmup, 1) : a.warmup;
+    LoadOptions load = a.load.options(opt.backbone.precision, a.cached ? uint64_t{4} << 30 : 0);
+    if (a.cached && load.cache_bytes == 0) throw Error("--cached needs the state cache (--cache-mib > 0)");
+    std::unique_ptr<Engine> engine = Engine::load(a.model, a.load.head, load);
     const double load_s = seconds_since(tl);
     const Engine::Prepared prepared = engine->prepare(synthetic_request(a.tokens), opt);
     const int64_t T = static_cast<int64_t>(prepared.prompt.input_ids.size());
@@ -166,26 +173,30 @@ void run_bench(const BenchArgs& a) {
         throw Error("bench: the synthetic prompt has " + std::to_string(T) + " tokens, not " +
                     std::to_string(a.tokens) + " (the schema alone may be longer)");
 
-    for (int i = 0; i < a.warmup; ++i) engine->run(prepared, opt);
+    for (int i = 0; i < warmup; ++i) engine->run(prepared, opt);
     engine->device().time_kernels(true);  // a GPU's kernels, timed by the device from here on
     std::vector<double> total;
     DecisionProfile best;
+    int64_t reused = 0;
     for (int i = 0; i < a.repeat; ++i) {
         DecisionProfile p;
         p.backbone.sync = a.profile;  // per-op times wait for the device only under --profile
         opt.profile = &p;
-        engine->run(prepared, opt);
+        reused = engine->run(prepared, opt).tokens_reused;
         if (total.empty() || p.total < *std::min_element(total.begin(), total.end())) best = p;
         total.push_back(p.total);
     }
     const auto [t_best, t_median] = best_median(total);
-    const double flops = backbone_flops(engine->config().text, T);
+    // The backbone's work: the tokens after the resumed prefix (their causal pairs with it included).
+    const double flops =
+        backbone_flops(engine->config().text, T) - backbone_flops(engine->config().text, reused);
     const double gflops = flops / best.backbone_total / 1e9;
     const double peak = yardstick_gflops(opt.backbone.precision);
     const double head = best.head_features + best.head_decide;
 
     JsonValue o = JsonValue::object();
     o.set("tokens", JsonValue::integer(T));
+    if (load.cache_bytes > 0) o.set("tokens_reused", JsonValue::integer(reused));
     o.set("threads", JsonValue::integer(ops::num_threads()));
     o.set("precision", JsonValue::string(a.reference ? "reference" : a.precision));
     o.set("kv_type", JsonValue::string(kv_type_name(a.kv_bf16)));
@@ -390,6 +401,11 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--reference", args->reference, "Run the scalar reference path (the oracle) instead");
     CLI::Option* profile =
         cmd->add_flag("--profile", args->profile, "Add a per-op time breakdown of the best run (seconds)");
+    CLI::Option* cached = cmd->add_flag(
+        "--cached", args->cached,
+        "Time cached decisions: the state cache on (--cache-mib, default 4096) and filled by the warm-up, "
+        "each timed decision resumes the state and prefills the questions and the suffix (adds "
+        "tokens_reused; gflops counts the prefilled tokens' work)");
     CLI::Option* image =
         cmd->add_option(
                "--image", args->image,
@@ -399,7 +415,8 @@ void add_bench_command(CLI::App& app) {
                "vision_seconds_best/_median, vision_gflop, vision_gflops")
             ->excludes(tokens)
             ->excludes(chunk)
-            ->excludes(profile);
+            ->excludes(profile)
+            ->excludes(cached);
     cmd->add_option(
            "--video", args->video,
            "Instead of decisions, time a synthetic video of FRAMESxWIDTHxHEIGHT (e.g. 16x448x448) through "
@@ -408,6 +425,7 @@ void add_bench_command(CLI::App& app) {
         ->excludes(tokens)
         ->excludes(chunk)
         ->excludes(profile)
+        ->excludes(cached)
         ->excludes(image);
     cmd->callback([args] {
         if (!args->image.empty())

@@ -1,29 +1,15 @@
 // clef: command-line entry point. Each subcommand lives in its own cmd_*.cpp (see commands.h).
-#include <malloc.h>
-
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 
 #include "cli/commands.h"
 #include "util/error.h"
+#include "util/memory.h"
 #include "util/version.h"
 
-namespace {
-
-// A decision allocates and frees activation buffers of tens of MiB per layer. By default glibc hands freed
-// memory at the top of the heap back to the system and the next layer page-faults it in again (measured:
-// ~30 % of a 512-token decision on the flash-shaped model, docs/PERFORMANCE.md). Keep it: blocks up to 32 MiB
-// come from the heap, and the heap is never trimmed.
-void keep_freed_memory() {
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, INT32_MAX);
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-    keep_freed_memory();
+    clef::keep_freed_memory();
     CLI::App app{"clef.cpp: a fast engine and server for Clef decision models"};
     app.require_subcommand(1);
     app.set_version_flag("--version", std::string("clef.cpp ") + clef::kClefVersion);

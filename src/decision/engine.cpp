@@ -286,7 +286,7 @@ struct DecisionTask::State {
     // Where the backbone's last layer and the head share a device other than the CPU, each chunk's rows stay
     // there and go to the head's features in the chunk's own stream (Backbone::DeviceRowSink).
     Backbone::DeviceRowSink on_device;
-    double backbone_s = 0, sink_s = 0;
+    double backbone_s = 0, sink_s = 0, put_s = 0;  // put_s: the state cache's stores, inside sink
     bool finished = false;
 
     State(const Engine& engine, const Engine::Prepared& prepared, const DecideOptions& o, bool keep)
@@ -339,16 +339,20 @@ void DecisionTask::State::begin() {
     for (const auto& q : d.prompt.questions)
         hq.push_back({static_cast<int>(q.type), q.span.first, q.span.second, q.option_spans});
     const int64_t H = e.backbone_->config().hidden_size, W = e.head_->config().width;
+    const auto th = Clock::now();
     builder = std::make_unique<HeadFeatureBuilder>(*e.head_, T, ids, hq);
+    if (opt.profile) opt.profile->head_features += seconds_since(th);
+    const auto tc = Clock::now();
     cache = keep_hidden ? nullptr : e.cache_.get();
     if (cache) {
         plan = cache->plan(ids, p.media_key, p.prompt.state_end);
         resume = cache->find(plan, ids, e.backbone_->start(), W);
-        builder->restore_memory(resume.memory.data(), resume.position);
-        resume.memory = {};
+        for (const auto& [rows, n] : resume.memory) builder->restore_memory(rows, n);
+        resume.memory = {}, resume.entries = {};
     } else {
         resume.state = e.backbone_->start();
     }
+    if (opt.profile) opt.profile->state_cache += seconds_since(tc);
     next_stop = resume.stops_done;
     d.tokens_reused = resume.position;
     if (std::find_if(
@@ -365,8 +369,10 @@ void DecisionTask::State::begin() {
     in.embeddings = x_all.empty() ? nullptr : x_all.data();
     in.positions = p.position_ids.empty() ? nullptr : p.position_ids.data();
     in.stops.assign(plan.stops.begin() + static_cast<std::ptrdiff_t>(next_stop), plan.stops.end());
+    const auto tb = Clock::now();
     prefill = std::make_unique<Backbone::Prefill>(*e.backbone_, resume.state, std::move(in), opt.backbone,
                                                   opt.profile ? &opt.profile->backbone : nullptr);
+    if (opt.profile) opt.profile->backbone_total += seconds_since(tb);
     dev::Device& out = e.backbone_->output_device();
     if (!keep_hidden && !out.is_cpu() && &e.head_->device() == &out)
         on_device = [this](dev::Stream& s, dev::Span rows, int64_t n, int64_t) {
@@ -380,14 +386,16 @@ void DecisionTask::State::sink(const float* rows, int64_t n, int64_t t0) {
     if (rows) builder->add_rows(rows, n);  // else on_device queued them
     const int64_t H = e.backbone_->config().hidden_size;
     if (keep_hidden) std::copy_n(rows, n * H, d.last_hidden_state.data() + t0 * H);
+    sink_s += seconds_since(th);
     if (cache && next_stop < plan.stops.size() && plan.stops[next_stop] == t0 + n) {
+        const auto tc = Clock::now();
         const int64_t begin = next_stop ? plan.stops[next_stop - 1] : 0;
         e.backbone_->to_host(resume.state,
                              begin);  // a device's state back for the snapshot: the stretch's rows
         cache->put(plan, next_stop++, d.prompt.input_ids, resume.state, builder->memory_rows(begin),
                    e.head_->config().width);
+        put_s += seconds_since(tc);
     }
-    sink_s += seconds_since(th);
 }
 
 void DecisionTask::State::finish() {
@@ -396,8 +404,9 @@ void DecisionTask::State::finish() {
     resume.state = {};
     DecisionProfile* prof = opt.profile;
     if (prof) {
-        prof->backbone_total += backbone_s - sink_s;
+        prof->backbone_total += backbone_s - sink_s - put_s;
         prof->head_features += sink_s;
+        prof->state_cache += put_s;
     }
     const auto tf = Clock::now();
     HeadFeatures features = builder->finish();
@@ -406,10 +415,12 @@ void DecisionTask::State::finish() {
     const auto td = Clock::now();
     d.logits = e.head_->decide(features, hq);
     if (prof) prof->head_decide += seconds_since(td);
+    const auto ta = Clock::now();
     for (size_t i = 0; i < d.logits.size(); ++i)
         d.probabilities.push_back(
             answer_probabilities(d.logits[i], p.request.questions[i].type, opt.answers));
     d.response = decision_response(p.request, d.prompt, d.logits, d.probabilities, opt.answers, opt.debug);
+    if (prof) prof->answers += seconds_since(ta);
     if (prof) prof->total += seconds_since(t_start);
     finished = true;
 }

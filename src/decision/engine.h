@@ -31,9 +31,11 @@ struct ModelFiles;
 struct DecisionProfile {
     BackboneProfile backbone;   // per kind of backbone work
     double backbone_total = 0;  // embedding + every forward_chunk
+    double state_cache = 0;     // the state cache's lookup and the resumed prefix's restore (a hit's copies)
     double vision = 0;          // vision tower (requests with images)
-    double head_features = 0;   // HeadFeatureBuilder::add_rows + finish
+    double head_features = 0;   // HeadFeatureBuilder: its spans and lexical means, add_rows, finish
     double head_decide = 0;     // JointHead::decide
+    double answers = 0;         // the answers' probabilities and the response
     double total = 0;           // the whole run()
 };
 

@@ -29,9 +29,20 @@ void append(std::vector<T>& to, const std::vector<T>& from) {
     to.insert(to.end(), from.begin(), from.end());
 }
 
-// A stored stretch's K/V rows after the resumed ones (fp32 or bf16, as the cache holds them).
-void append_rows(BackboneState::Layer& to, const BackboneState::Layer& from) {
-    append(to.k, from.k), append(to.v, from.v), append(to.kb, from.kb), append(to.vb, from.vb);
+// The K/V rows of a chain of stored stretches (fp32 or bf16, as the cache holds them) into a cache with room
+// for `rows` rows (the whole prompt's, so the prefill appends without moving them again).
+template <class Node>
+void restore_rows(BackboneState::Layer& to, const std::vector<const Node*>& chain, size_t l, int64_t rows) {
+    auto pair = [&](auto member) {
+        const Node& last = *chain.back();
+        const size_t row = (last.layers[l].*member).size() / static_cast<size_t>(last.end - last.begin);
+        auto& dst = to.*member;
+        dst.clear();
+        dst.reserve(row * static_cast<size_t>(rows));
+        for (const Node* n : chain) append(dst, n->layers[l].*member);
+    };
+    pair(&BackboneState::Layer::k), pair(&BackboneState::Layer::v);
+    pair(&BackboneState::Layer::kb), pair(&BackboneState::Layer::vb);
 }
 
 // The K/V rows of positions [begin, end) (the last end - begin of the cache) of an attention layer.
@@ -117,12 +128,14 @@ StateCache::Resume StateCache::find(const Plan& plan, const std::vector<int32_t>
     std::vector<const Node*> chain;
     for (const Node* n = last.get(); n; n = n->parent.get()) chain.push_back(n);
     std::reverse(chain.begin(), chain.end());
+    const int64_t T = static_cast<int64_t>(ids.size());
     for (size_t l = 0; l < r.state.layers.size(); ++l) {
         r.state.layers[l].conv = last->layers[l].conv;
         r.state.layers[l].delta = last->layers[l].delta;
-        for (const Node* n : chain) append_rows(r.state.layers[l], n->layers[l]);
+        restore_rows(r.state.layers[l], chain, l, T);
     }
-    for (const Node* n : chain) r.memory.insert(r.memory.end(), n->memory.begin(), n->memory.end());
+    for (const Node* n : chain) r.memory.emplace_back(n->memory.data(), n->end - n->begin);
+    for (auto n = last; n; n = n->parent) r.entries.push_back(n);
     r.position = last->end;
     r.state.position = last->end;
     r.stops_done = done;

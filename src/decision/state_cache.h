@@ -44,16 +44,20 @@ public:
     // media_key: the images' key (0 without images); state_end: where the state ends (the schema begins).
     Plan plan(const std::vector<int32_t>& ids, uint64_t media_key, int64_t state_end) const;
 
-    // One resumed prefix: the backbone state at `position` (K/V rows of [0, position) included) and the
-    // head's memory rows [0, position) [position][width].
+    // One resumed prefix: the backbone state at `position` (K/V rows of [0, position) included, with room
+    // for the rest of the prompt's) and the head's memory rows [0, position), one stretch ([rows][width]) per
+    // entry of the chain, read in place: `entries` keeps those alive (an eviction meanwhile only unlists
+    // them).
     struct Resume {
         int64_t position = 0;
         size_t stops_done = 0;  // how many of the plan's stops the resumed prefix covers
         BackboneState state;
-        std::vector<float> memory;
+        std::vector<std::pair<const float*, int64_t>> memory;  // (rows, how many)
+        std::vector<std::shared_ptr<const void>> entries;
     };
     // The longest cached prefix of ids among the plan's stops; position 0 and `fresh` (the backbone's start()
-    // state) on a miss.
+    // state) on a miss. A hit copies the recurrent state of its last entry and the K/V rows of the chain
+    // once, into K/V caches sized for all of ids.
     Resume find(const Plan& plan, const std::vector<int32_t>& ids, BackboneState fresh, int64_t width);
     // Stores the stretch that ends at plan.stops[i] (from the previous stop): its tokens, the state there
     // (its K/V rows of the stretch) and the head memory rows of the stretch ([stretch][width]).

@@ -138,7 +138,7 @@ MemoryPlan plan_memory(const ModelConfig& model, const HeadConfig* head, const M
                        const MemoryPlanInput& in);
 
 // Allocations of at least this many bytes are mapped and returned when freed; smaller ones come from the
-// heap, which the clef binary never trims (src/cli/main.cpp keep_freed_memory).
+// heap, which the clef binary never trims (util/memory.h keep_freed_memory).
 inline constexpr uint64_t kHeapBlockLimit = uint64_t{32} << 20;
 
 }  // namespace clef

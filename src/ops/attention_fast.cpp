@@ -56,9 +56,17 @@ void dense(const simd::AttnCall& a) {
     float* ktp = kt.get(static_cast<size_t>(cols * lk));
     num_threads();  // applies the global thread setting to this thread
     const bool par = a.lq * lk * a.hq * dh > (int64_t{1} << 16);
-#pragma omp parallel for schedule(static) if (par)
-    for (int64_t c = 0; c < cols; ++c)  // column c of K (kv head c / dh, dim c % dh) becomes row c of Kᵀ
-        for (int64_t r = 0; r < lk; ++r) ktp[c * lk + r] = k[r * a.ks + c];
+    // Column c of K (kv head c / dh, dim c % dh) becomes row c of Kᵀ, in tiles of kTile x kTile values that
+    // stay in the L1 cache (column by column, each value read was a cache line of its own).
+    constexpr int64_t kTile = 32;
+    const int64_t col_tiles = (cols + kTile - 1) / kTile, row_tiles = (lk + kTile - 1) / kTile;
+#pragma omp parallel for collapse(2) schedule(static) if (par)
+    for (int64_t ct = 0; ct < col_tiles; ++ct)
+        for (int64_t rt = 0; rt < row_tiles; ++rt) {
+            const int64_t c1 = std::min(cols, (ct + 1) * kTile), r1 = std::min(lk, (rt + 1) * kTile);
+            for (int64_t c = ct * kTile; c < c1; ++c)
+                for (int64_t r = rt * kTile; r < r1; ++r) ktp[c * lk + r] = k[r * a.ks + c];
+        }
     const int64_t blocks = (a.lq + kDenseRows - 1) / kDenseRows, group = a.hq / a.hkv;
 #pragma omp parallel if (par)
     {
@@ -126,9 +134,10 @@ void memory_attention_fast(const float* q, int64_t lq, int heads, int64_t w, con
     for (int64_t h = 0; h < heads; ++h)
         simd::small_gemm_acc(lq, w, dh, scale, q + h * dh, w, wk + h * dh * w, w, qt.data() + h * w,
                              heads * w);
-    // heads query heads of width w over one kv head, the memory rows as keys and values.
-    attention_fast(qt.data(), heads * w, m, w, m, w, lq, T, heads, 1, static_cast<int>(w), 1.f, false,
-                   ctx.data(), heads * w);
+    // The lq * heads rows of qt as the queries of one head of width w over the memory rows as keys and
+    // values: every row sees the same keys, so a block of rows reads them once for all heads (one pass per
+    // head of each block read the T x w rows heads times; each row's arithmetic is the same either way).
+    attention_fast(qt.data(), w, m, w, m, w, R, T, 1, 1, static_cast<int>(w), 1.f, false, ctx.data(), w);
     for (int64_t h = 0; h < heads; ++h) {  // o_i,h = W_v,h · ctx_i,h + b_v,h
         for (int64_t i = 0; i < lq; ++i) std::copy_n(ctx.data() + (i * heads + h) * w, w, ch.data() + i * w);
         linear(ch.data(), lq, w, wv + h * dh * w, dh, bv + h * dh, oh.data());

@@ -1,5 +1,7 @@
 #include "util/memory.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <fstream>
 #include <limits>
@@ -44,6 +46,11 @@ uint64_t memory_available_bytes() {
         if (l != kNone && u != kNone) avail = std::min(avail, l > u ? l - u : 0);
     }
     return avail == kNone ? 0 : avail;
+}
+
+void keep_freed_memory() {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, INT32_MAX);
 }
 
 }  // namespace clef
