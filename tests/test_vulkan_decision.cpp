@@ -19,10 +19,10 @@
 #include "decision/request.h"
 #include "device/device.h"
 #include "device/vulkan.h"
+#include "image/synthetic.h"
 #include "io/gguf.h"
 #include "model/head.h"
 #include "model/serve_plan.h"
-#include "image/synthetic.h"
 #include "model/vision.h"
 #include "small_model.h"
 #include "test_util.h"
@@ -208,14 +208,15 @@ DecisionRequest request_of(const std::string& body) {
 
 // Long inputs on the device (issue 40): a text decision of 16,384 tokens (a state cut to the default
 // max_length) in 512-token chunks against the CPU exact path: 32 chunks of every kernel, attention over up to
-// 16k keys, the delta rule's state carried through 256 chunks of 64, each far past lavapipe's cut of a loop at
-// 65,535 iterations if a kernel looped per token or key. And the vision tower on the largest image the
+// 16k keys, the delta rule's state carried through 256 chunks of 64, each far past lavapipe's cut of a loop
+// at 65,535 iterations if a kernel looped per token or key. And the vision tower on the largest image the
 // fixture's processor allows (a 4,000 x 3,000 picture resized to its 12,288-pixel edge budget).
 TEST(VulkanDecision, LongInputs) {
     const Engine& gpu = engine("tiny-clef", "vulkan");
     if (gpu.device().is_cpu()) GTEST_SKIP() << "no Vulkan device on this machine";
     std::string state;
-    for (int i = 0; state.size() < 120000; ++i) state += "parcel " + std::to_string(i % 997) + " arrived late; ";
+    for (int i = 0; state.size() < 120000; ++i)
+        state += "parcel " + std::to_string(i % 997) + " arrived late; ";
     DecisionRequest text = request_of(R"({"model": "m", "state": ")" + state +
                                       R"(", "questions": {"late": {"type": "noul"}, "team": {"type": "choice",
                                       "criteria": {"billing": null, "support": null}}}})");

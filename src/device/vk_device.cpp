@@ -194,11 +194,14 @@ GemmShape tensor_cores(bool nv, uint32_t subgroup) {
     return {"coopmat", nv ? "cmnv_" : "cm_", 64, 64, {128, subgroup}};
 }
 
-// What the plan reads of the device (device/vulkan.h VulkanDeviceInfo).
+// What the plan reads of the device (device/vulkan.h VulkanDeviceInfo). coop_emulated: the environment has
+// CLEF_VULKAN_EMULATE_TENSOR_CORES=1, and --precision fp16 runs the tensor-core kernel's emulation where the
+// device has no tensor cores (to measure what fp16 operands cost in answers on any device: docs/GPU.md).
 struct GemmDevice {
     bool gpu = false;
     bool fp16 = false;
     bool coop_nv = false;
+    bool coop_emulated = false;
     uint32_t shared_memory = 0, subgroup = 0;
 };
 
@@ -209,9 +212,7 @@ struct GemmPlan {
 };
 
 std::mutex g_force_mu;
-// Under g_force_mu. CLEF_VULKAN_GEMM=<shape> in the environment forces a shape from the start (measurements
-// of the tensor-core kernel's emulation on a device without tensor cores: docs/GPU.md).
-std::string g_force_shape = std::getenv("CLEF_VULKAN_GEMM") ? std::getenv("CLEF_VULKAN_GEMM") : "";
+std::string g_force_shape;  // under g_force_mu
 int g_force_slices = 0;
 
 GemmShape gemm_shape(const GemmDevice& d, ops::Precision precision, int64_t m, int64_t n) {
@@ -231,7 +232,8 @@ GemmShape gemm_shape(const GemmDevice& d, ops::Precision precision, int64_t m, i
             throw Error("vulkan: this device's shared memory is too small for the large GEMM tiles");
         return tiled(forced);
     }
-    if (precision == ops::Precision::F16 && d.coop_nv) return tensor_cores(true, d.subgroup);
+    if (precision == ops::Precision::F16 && (d.coop_nv || (d.coop_emulated && d.fp16)))
+        return tensor_cores(d.coop_nv, d.subgroup);
     if (m <= 16) return tiled("small");
     if (d.gpu && d.shared_memory >= 32768 && m > 64 && n > 64) return tiled("large");
     return tiled("medium");
@@ -392,7 +394,9 @@ public:
     const std::shared_ptr<Alloc>& iq_tables();
     GemmDevice gemm_device() const {
         const VulkanDeviceInfo& i = ctx_.info();
-        return {i.gpu(), i.fp16, i.coop_matrix_nv, i.shared_memory, i.subgroup_size};
+        static const bool emulate = std::getenv("CLEF_VULKAN_EMULATE_TENSOR_CORES") &&
+                                    std::string(std::getenv("CLEF_VULKAN_EMULATE_TENSOR_CORES")) == "1";
+        return {i.gpu(), i.fp16, i.coop_matrix_nv, emulate, i.shared_memory, i.subgroup_size};
     }
 
     Context ctx_;

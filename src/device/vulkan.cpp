@@ -209,11 +209,25 @@ std::string none_reason(const VulkanProbe& probe, bool gpu_only) {
 
 }  // namespace
 
+DeviceSpec parse_device_spec(const std::string& spec) {
+    using Kind = DeviceSpec::Kind;
+    if (spec == "auto") return {Kind::Auto, -1};
+    if (spec == "cpu") return {Kind::Cpu, -1};
+    if (spec == "vulkan") return {Kind::Vulkan, -1};
+    const std::string prefix = "vulkan:";
+    if (spec.rfind(prefix, 0) == 0 && spec.size() > prefix.size() && spec.size() <= prefix.size() + 3 &&
+        std::all_of(spec.begin() + static_cast<std::ptrdiff_t>(prefix.size()), spec.end(),
+                    [](char ch) { return ch >= '0' && ch <= '9'; }))
+        return {Kind::Vulkan, std::stoi(spec.substr(prefix.size()))};
+    throw Error("--device '" + spec + "': expected auto, cpu, vulkan or vulkan:N");
+}
+
 DeviceChoice choose_device(const std::string& spec, const VulkanProbe& probe) {
+    const DeviceSpec s = parse_device_spec(spec);
     DeviceChoice c;
-    if (spec == "cpu") return c;
-    if (spec == "auto" || spec == "vulkan") {
-        const bool gpu_only = spec == "auto";
+    if (s.kind == DeviceSpec::Kind::Cpu) return c;
+    if (s.index < 0) {
+        const bool gpu_only = s.kind == DeviceSpec::Kind::Auto;
         if (const VulkanDeviceInfo* d = best(probe, gpu_only)) {
             c.vulkan = true;
             c.index = d->index;
@@ -222,22 +236,14 @@ DeviceChoice choose_device(const std::string& spec, const VulkanProbe& probe) {
         }
         return c;
     }
-    const std::string prefix = "vulkan:";
-    if (spec.rfind(prefix, 0) == 0 && spec.size() > prefix.size() && spec.size() <= prefix.size() + 3 &&
-        std::all_of(spec.begin() + static_cast<std::ptrdiff_t>(prefix.size()), spec.end(),
-                    [](char ch) { return ch >= '0' && ch <= '9'; })) {
-        const int n = std::stoi(spec.substr(prefix.size()));
-        if (n >= static_cast<int>(probe.devices.size()))
-            throw Error(fmt::format(
-                "--device {}: {}", spec,
-                probe.devices.empty()
-                    ? none_reason(probe, false)
-                    : fmt::format("this machine has Vulkan devices 0 to {}", probe.devices.size() - 1)));
-        c.vulkan = true;
-        c.index = n;
-        return c;
-    }
-    throw Error("--device '" + spec + "': expected auto, cpu, vulkan or vulkan:N");
+    if (s.index >= static_cast<int>(probe.devices.size()))
+        throw Error(fmt::format("--device {}: {}", spec,
+                                probe.devices.empty() ? none_reason(probe, false)
+                                                      : fmt::format("this machine has Vulkan devices 0 to {}",
+                                                                    probe.devices.size() - 1)));
+    c.vulkan = true;
+    c.index = s.index;
+    return c;
 }
 
 }  // namespace clef::dev

@@ -45,6 +45,16 @@ struct VulkanProbe {
 };
 VulkanProbe probe_vulkan();
 
+// A `--device` spec as written: auto, cpu, vulkan, or vulkan:N (N: up to three digits). Throws clef::Error
+// ("--device 'x': expected auto, cpu, vulkan or vulkan:N") for anything else. Every command reads --device
+// through it (choose_device below; clef info's memory plan).
+struct DeviceSpec {
+    enum class Kind { Auto, Cpu, Vulkan };
+    Kind kind = Kind::Auto;
+    int index = -1;  // vulkan:N; -1 for auto, cpu and vulkan
+};
+DeviceSpec parse_device_spec(const std::string& spec);
+
 // What `--device auto|cpu|vulkan[:N]` picks. auto: the first discrete GPU, else the first integrated one,
 // else the CPU (never a CPU-type Vulkan device such as lavapipe); vulkan: the best Vulkan device of any type
 // (GPU before virtual before CPU-type), the CPU when there is none; vulkan:N: that device. `reason` says why
