@@ -1220,6 +1220,47 @@ TEST(VulkanKernels, AttentionPastLavapipesLoopLimit) {
     EXPECT_EQ(dev::vulkan_validation_errors(), 0);
 }
 
+TEST(VulkanKernels, AttentionAtLavapipesLoopLimit) {
+    // At the most keys the host lets through on lavapipe (found by stepping down a key tile at a time from a
+    // count no kernel can reach: at least 6 loop iterations per 32 head dimensions per tile of 64 keys), the
+    // kernel still reaches the last key. The query sees all keys at score 0 but the last at 60, whose value
+    // is 1 (the others 0): the answer is 1 within e^-60 per key; a kernel cut short by the cap answers 0.
+    if (!gpu().name().starts_with("llvmpipe")) GTEST_SKIP() << "not lavapipe: " << gpu().name();
+    for (int hd : {64, 256, 1024}) {
+        dev::Attention a;
+        a.T = 1, a.nh = a.nkv = 1, a.hd = hd, a.causal = true, a.scale = 1.f / static_cast<float>(hd);
+        int64_t keys = 65535 / (6 * hd / 32 + 1) * 64;
+        {
+            auto probe = gpu().stream({});
+            const dev::Tensor kv = probe->scratch(keys * hd), x = probe->scratch(hd);
+            a.k = a.v = kv.span(), a.q = a.out = x.span();
+            for (;; keys -= 64) {
+                a.p0 = keys - 1;
+                try {
+                    probe->attention(a);
+                    break;
+                } catch (const Error&) {
+                }
+            }
+            probe->sync();
+        }
+        auto s = gpu().stream({});
+        std::vector<float> k(keys * hd, 0.f), v(keys * hd, 0.f);
+        std::fill(k.end() - hd, k.end(), 60.f);
+        std::fill(v.end() - hd, v.end(), 1.f);
+        const dev::Tensor q = on(*s, std::vector<float>(hd, 1.f)), kt = on(*s, k), vt = on(*s, v),
+                          o = s->scratch(hd);
+        a.q = q.span(), a.k = kt.span(), a.v = vt.span(), a.out = o.span();
+        s->attention(a);
+        const std::vector<float> got = s->read(o.span());
+        EXPECT_NEAR(*std::min_element(got.begin(), got.end()), 1.f, 1e-6)
+            << hd << " wide heads, " << keys << " keys";
+        EXPECT_NEAR(*std::max_element(got.begin(), got.end()), 1.f, 1e-6)
+            << hd << " wide heads, " << keys << " keys";
+    }
+    EXPECT_EQ(dev::vulkan_validation_errors(), 0);
+}
+
 TEST(VulkanKernels, MemoryAttention) {
     // out[i][h] = W_v,h (sum_j p_j m_j) + b_v,h with scores (scale W_k,hᵀ q_i,h) . m_j
     // (ops/attention_fast.h). Bound, propagated stage by stage (each stage: both sides within gamma_n(terms)

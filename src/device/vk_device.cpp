@@ -796,14 +796,17 @@ void VkStream::copy(Span src, Span dst) {
 constexpr int64_t kAttnSlots = 32, kAttnCols = 256;
 constexpr uint32_t kAttnShared = (16 * 256 + 32 * 68 + 2 * 128 + 2 * 32) * 4;
 
-// The loop iterations one invocation of the attention kernel runs (each loop costs its trips plus one):
-// 19 + 6 per 32 head dimensions per tile of 64 keys. lavapipe (Mesa's llvmpipe) stops a shader after 65,535
-// in all and leaves its results short, so there the host refuses what would reach that (heads of 256: 62k
-// keys; the joint head's 1,024: 19k memory rows) rather than answer wrongly.
+// The loop iterations one invocation of the attention kernel runs (each loop costs its trips plus one), per
+// tile of 64 keys: 7, 6 per 32 head dimensions, and P V's: its V sub-tiles (16 keys of a head wider than 128,
+// 32 up to 128, 64 up to 64) each a loop over the sub-tile's keys by 8. lavapipe (Mesa's llvmpipe) stops a
+// shader after 65,535 in all and leaves its results short, so there the host refuses what would reach that
+// (heads of 256: 58k keys; the joint head's 1,024: 19k memory rows) rather than answer wrongly.
 void check_attention_loops(const vk::Context& ctx, const Attention& a) {
     if (!ctx.info().name.starts_with("llvmpipe")) return;
     const int64_t keys = a.causal ? std::min(a.keys(), a.p0 + a.T) : a.keys();
-    const int64_t loops = (keys + 63) / 64 * (19 + 6 * ((a.hd + 31) / 32)) + 1;
+    const int64_t width = std::min<int64_t>(a.hd, kAttnCols), sub = width > 128 ? 16 : width > 64 ? 32 : 64;
+    const int64_t pv = 64 / sub + 1 + 64 / sub * (sub / 8 + 1);
+    const int64_t loops = (keys + 63) / 64 * (7 + pv + 6 * ((a.hd + 31) / 32)) + 1;
     if (loops > 65535)
         throw Error(
             fmt::format("vulkan: attention over {} keys with heads of {} is past what {} runs (65,535 "

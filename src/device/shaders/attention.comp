@@ -9,30 +9,32 @@
 //            memory by coalesced row-wise loads, each invocation a 4 x 4 block of S in registers
 //   softmax  S scaled into shared memory; per slot, over the keys it sees, the tile's max, p = exp(s - m)
 //            (0 for the others), their sum and the rescaling exp(m_old - m_new), four invocations per slot
-//   P V      O[BM][BO] = O corr + P V over V sub-tiles of BV keys staged in shared memory, each invocation a
-//            4 x 16 block of O in registers (dimensions 16 apart: conflict-free shared reads)
+//   P V      O[BM][BO] = O corr + P V over V sub-tiles staged in shared memory (16 keys of 256 dimensions, 32
+//            of 128, 64 of 64), each invocation a 4 x 16 block of O in registers (dimensions 16 apart:
+//            conflict-free shared reads)
 // and writes O / l. Shared memory: 4,096 + 32 x 68 + 320 floats (25.9 KiB; the host checks the device's limit).
 // The inner products' loops are unrolled by UD (written so that glslc's optimiser unrolls them: no loop inside
 // a conditional of an unrolled loop; unrolled whole, lavapipe spent 45 s compiling the kernel, 3 s so): an
-// invocation runs 19 + 6 hd / 32 loop iterations per tile of 64 keys (each loop: its trips plus one), which
-// the host checks against lavapipe's limit of 65,535 (vk_device.cpp check_attention_loops).
+// invocation runs 7 + 6 hd / 32 loop iterations per tile of 64 keys plus P V's (11 to 17, by the V sub-tile;
+// each loop: its trips plus one), which the host checks against lavapipe's limit of 65,535
+// (vk_device.cpp check_attention_loops).
 // KV_BF16: K and V are bf16 words (two elements per 32-bit word).
 #version 450
 #include "common.glsl"
 layout(local_size_x = 128) in;
-layout(std430, binding = 0) buffer Q { float q[]; };
+layout(std430, binding = 0) readonly buffer Q { float q[]; };
 #ifdef KV_BF16
-layout(std430, binding = 1) buffer K { uint k[]; };
-layout(std430, binding = 2) buffer V { uint v[]; };
+layout(std430, binding = 1) readonly buffer K { uint k[]; };
+layout(std430, binding = 2) readonly buffer V { uint v[]; };
 #define KAT(e) bf16_at(k[(e) >> 1], (e))
 #define VAT(e) bf16_at(v[(e) >> 1], (e))
 #else
-layout(std430, binding = 1) buffer K { float k[]; };
-layout(std430, binding = 2) buffer V { float v[]; };
+layout(std430, binding = 1) readonly buffer K { float k[]; };
+layout(std430, binding = 2) readonly buffer V { float v[]; };
 #define KAT(e) k[e]
 #define VAT(e) v[e]
 #endif
-layout(std430, binding = 3) buffer O { float o[]; };
+layout(std430, binding = 3) writeonly buffer O { float o[]; };
 layout(push_constant) uniform P {
     uint T, p0, nh, nkv, hd, keys, causal, q_ld, k_ld, v_ld, o_ld, oq, ok, ov, oo;
     float scale;
@@ -42,13 +44,13 @@ const uint BM = 32u;   // query slots per workgroup
 const uint BN = 64u;   // keys per tile
 const uint DC = 32u;   // head dimensions per score chunk
 const uint DCP = 33u;  // a chunk's row in shared memory (padded: conflict-free column reads)
-const uint BV = 16u;   // keys per V sub-tile
+const uint BV = 16u;   // keys per V sub-tile of BO dimensions (narrower heads: more keys per sub-tile)
 const uint BO = 256u;  // output dimensions per workgroup
 const uint UD = 8u;    // steps unrolled in the inner products' loops
 const uint PSP = 68u;  // a row of P in shared memory (padded: the four readers of a row hit distinct banks)
 const float NEG_INF = -1.0 / 0.0;
 
-// Staging, reused by phase: the Q chunk [BM][DCP] and the K chunk [BN][DCP], then a V sub-tile [BV][<= BO].
+// Staging, reused by phase: the Q chunk [BM][DCP] and the K chunk [BN][DCP], then a V sub-tile [vkeys][vrow].
 shared float sh[BV * BO];
 shared float ps[BM * PSP];  // the tile's scores, then its probabilities
 shared float red_max[128], red_sum[128], corr_s[BM], l_s[BM];
@@ -58,6 +60,8 @@ void main() {
     const uint G = p.nh / p.nkv, kvh = gl_WorkGroupID.y, cz = gl_WorkGroupID.z * BO;
     const uint slot0 = gl_WorkGroupID.x * BM, slots = p.T * G;
     const uint dw = min(BO, p.hd - cz);  // output dimensions of this workgroup
+    // A V sub-tile: rows of vrow >= dw floats (a power of two), as many keys as fill the staging buffer.
+    const uint vshift = dw > 128u ? 8u : dw > 64u ? 7u : 6u, vrow = 1u << vshift, vkeys = BV * BO / vrow;
     // The last query row of the block, and the keys it sees (every row of the block sees a prefix of them).
     const uint last_row = (min(slot0 + BM, slots) - 1u) / G;
     const uint kend = p.causal != 0u ? min(p.keys, p.p0 + last_row + 1u) : p.keys;
@@ -93,8 +97,8 @@ void main() {
                 sh[BM * DCP + key * DCP + d] = d < dc && j < kend ? KAT(p.ok + j * p.k_ld + kvh * p.hd + c0 + d) : 0.0;
             }
             barrier();
-            // Both chunks are zero past dc: a short last chunk adds exact zeros.
-            for (uint d0 = 0u; d0 < DC; d0 += UD) [[unroll]] for (uint du = 0u; du < UD; ++du) {
+            // Both chunks are zero past dc: the steps past it add exact zeros.
+            for (uint d0 = 0u; d0 < dc; d0 += UD) [[unroll]] for (uint du = 0u; du < UD; ++du) {
                 const uint d = d0 + du;
                 float qa[4], kk[4];
                 [[unroll]] for (uint a = 0u; a < 4u; ++a) qa[a] = sh[(sg * 4u + a) * DCP + d];
@@ -136,34 +140,28 @@ void main() {
             const float cr = corr_s[sg * 4u + a];
             [[unroll]] for (uint c = 0u; c < 16u; ++c) acc[a][c] *= cr;
         }
-        [[unroll]] for (uint v0 = 0u; v0 < BN; v0 += BV) {
-            if (kb + v0 < kend) {  // uniform: the workgroup's keys reach this sub-tile
-                [[unroll]] for (uint key = 0u; key < BV; ++key) {
-                    const uint j = kb + v0 + key;
-                    [[unroll]] for (uint cc = 0u; cc < BO / 128u; ++cc) {
-                        const uint col = t + 128u * cc;
-                        if (col < dw)
-                            sh[key * dw + col] = j < kend ? VAT(p.ov + j * p.v_ld + kvh * p.hd + cz + col) : 0.0;
-                    }
-                }
-                barrier();
-                for (uint j0 = 0u; j0 < BV; j0 += UD) [[unroll]] for (uint ju = 0u; ju < UD; ++ju) {
-                    const uint jj = j0 + ju;
-                    float pa[4];
-                    [[unroll]] for (uint a = 0u; a < 4u; ++a) pa[a] = ps[(sg * 4u + a) * PSP + v0 + jj];
-                    [[unroll]] for (uint c = 0u; c < 16u; ++c) {
-                        const uint col = cg + 16u * c;
-                        if (col < dw) {
-                            const float vv = sh[jj * dw + col];
-                            acc[0][c] += pa[0] * vv;
-                            acc[1][c] += pa[1] * vv;
-                            acc[2][c] += pa[2] * vv;
-                            acc[3][c] += pa[3] * vv;
-                        }
-                    }
-                }
-                barrier();
+        for (uint v0 = 0u; v0 < BN && kb + v0 < kend; v0 += vkeys) {
+            [[unroll]] for (uint r = 0u; r < BV * BO / 128u; ++r) {
+                const uint e = t + r * 128u, col = e & (vrow - 1u), j = kb + v0 + (e >> vshift);
+                if (col < dw) sh[e] = j < kend ? VAT(p.ov + j * p.v_ld + kvh * p.hd + cz + col) : 0.0;
             }
+            barrier();
+            for (uint j0 = 0u; j0 < vkeys; j0 += UD) [[unroll]] for (uint ju = 0u; ju < UD; ++ju) {
+                const uint jj = j0 + ju;
+                float pa[4];
+                [[unroll]] for (uint a = 0u; a < 4u; ++a) pa[a] = ps[(sg * 4u + a) * PSP + v0 + jj];
+                [[unroll]] for (uint c = 0u; c < 16u; ++c) {
+                    const uint col = cg + 16u * c;
+                    if (col < dw) {
+                        const float vv = sh[(jj << vshift) + col];
+                        acc[0][c] += pa[0] * vv;
+                        acc[1][c] += pa[1] * vv;
+                        acc[2][c] += pa[2] * vv;
+                        acc[3][c] += pa[3] * vv;
+                    }
+                }
+            }
+            barrier();
         }
     }
     if (part == 0u) l_s[ss] = l_run;
