@@ -788,22 +788,63 @@ void VkStream::copy(Span src, Span dst) {
     dispatch("to_bf16", {src, dst}, 2u, Push().u(src.n).u(src.off).u(dst.off).u(words), grid_1d(words));
 }
 
+// Flash attention's tiles (shaders/attention.comp): a workgroup per kAttnSlots query slots (query rows times
+// the heads sharing a KV head) and kAttnCols output dimensions of the head, using kAttnShared bytes of shared
+// memory.
+constexpr int64_t kAttnSlots = 32, kAttnCols = 256;
+constexpr uint32_t kAttnShared = (16 * 256 + 32 * 68 + 2 * 128 + 2 * 32) * 4;
+
+// The loop iterations one invocation of the attention kernel runs (each loop costs its trips plus one), per
+// tile of 64 keys: 7, 6 per 32 head dimensions, and P V's: its V sub-tiles (16 keys of a head wider than 128,
+// 32 up to 128, 64 up to 64) each a loop over the sub-tile's keys by 8. lavapipe (Mesa's llvmpipe) stops a
+// shader after 65,535 in all and leaves its results short, so there the host refuses what would reach that
+// (heads of 256: 58k keys; the joint head's 1,024: 19k memory rows) rather than answer wrongly.
+void check_attention_loops(const vk::Context& ctx, const Attention& a) {
+    if (!ctx.info().name.starts_with("llvmpipe")) return;
+    const int64_t keys = a.causal ? std::min(a.keys(), a.p0 + a.T) : a.keys();
+    const int64_t width = std::min<int64_t>(a.hd, kAttnCols), sub = width > 128 ? 16 : width > 64 ? 32 : 64;
+    const int64_t pv = 64 / sub + 1 + 64 / sub * (sub / 8 + 1);
+    const int64_t loops = (keys + 63) / 64 * (7 + pv + 6 * ((a.hd + 31) / 32)) + 1;
+    if (loops > 65535)
+        throw Error(
+            fmt::format("vulkan: attention over {} keys with heads of {} is past what {} runs (65,535 "
+                        "loop iterations per invocation)",
+                        keys, a.hd, ctx.info().name));
+}
+
 void VkStream::attention(const Attention& a) {
-    if (a.hd > 2048) throw Error("vulkan: attention heads wider than 2048");
     if (a.T == 0) return;
+    if (a.nh < 1 || a.nkv < 1 || a.hd < 1 || a.nh % a.nkv != 0 || a.nkv > 65535)
+        throw Error(
+            fmt::format("vulkan: attention of {} query heads over {} KV heads of width {} (the query "
+                        "heads must be a multiple of the 1 to 65,535 KV heads)",
+                        a.nh, a.nkv, a.hd));
+    if (ctx_.info().shared_memory < kAttnShared)
+        throw Error(fmt::format("vulkan: attention needs {} bytes of shared memory; {} has {}", kAttnShared,
+                                ctx_.info().name, ctx_.info().shared_memory));
+    check_attention_loops(ctx_, a);
     const std::string kernel = a.k.elem == Elem::BF16 ? "attention_bf16" : "attention";
-    for (int64_t i0 = 0; i0 < a.T; i0 += 65535) {  // at most 65,535 query rows per dispatch
-        const int64_t rows = std::min<int64_t>(a.T - i0, 65535);
+    const int64_t group = a.nh / a.nkv, col_blocks = (a.hd + kAttnCols - 1) / kAttnCols;
+    // Query rows per dispatch: at most 65,535 workgroups along x.
+    const int64_t per = std::max<int64_t>(1, 65535 * kAttnSlots / group);
+    if (group > 65535 * kAttnSlots || col_blocks > 65535)
+        throw Error(fmt::format("vulkan: attention of {} query heads per KV head of width {} is too large",
+                                group, a.hd));
+    for (int64_t i0 = 0; i0 < a.T; i0 += per) {
+        const int64_t rows = std::min(a.T - i0, per);
         Push pc;
         pc.u(rows).u(a.p0 + i0).u(a.nh).u(a.nkv).u(a.hd).u(a.keys()).u(a.causal ? 1 : 0);
         pc.u(a.qs()).u(a.ks()).u(a.vs()).u(a.os());
         pc.u(a.q.off + i0 * a.qs()).u(a.k.off).u(a.v.off).u(a.out.off + i0 * a.os()).f(a.scale);
-        // Keys seen by the rows: all of them, or p0 + i0 + i + 1 for row i when causal. Each key costs a dot
-        // product and a weighted sum of hd values per head: 4 hd operations.
+        // The useful work: keys seen by the rows (all of them, or p0 + i0 + i + 1 for row i when causal),
+        // each a dot product and a weighted sum of hd values per head (4 hd operations). The masked scores of
+        // a tile that is partly visible and the scores recomputed per block of output dimensions (heads wider
+        // than kAttnCols) are not counted.
         const double r = static_cast<double>(rows), first = static_cast<double>(a.p0 + i0 + 1);
         const double keys = a.causal ? r * first + r * (r - 1) / 2 : r * static_cast<double>(a.keys());
-        dispatch(kernel, {a.q, a.k, a.v, a.out}, 8u, pc,
-                 {static_cast<uint32_t>(rows), static_cast<uint32_t>(a.nh), 1}, 4.0 * keys * a.nh * a.hd);
+        const Grid g{static_cast<uint32_t>((rows * group + kAttnSlots - 1) / kAttnSlots),
+                     static_cast<uint32_t>(a.nkv), static_cast<uint32_t>(col_blocks)};
+        dispatch(kernel, {a.q, a.k, a.v, a.out}, 8u, pc, g, 4.0 * keys * a.nh * a.hd);
     }
 }
 
@@ -813,15 +854,19 @@ void VkStream::memory_attention(Span q, int64_t lq, int heads, int64_t w, Span w
     const int64_t R = lq * heads;
     const Tensor qt = scratch(R * w, Elem::F32), ctx = scratch(R * w, Elem::F32);
     const float scale = 1.f / std::sqrt(static_cast<float>(w / heads));
+    // Each projection: lq w outputs of w / heads terms per head (qt), or lq w outputs of w terms (out).
+    const double proj_flops = 2.0 * static_cast<double>(lq) * static_cast<double>(w) * static_cast<double>(w);
     dispatch("head_proj", {q, wk, {}, qt.span()}, 8u,
-             Push().u(lq).u(heads).u(w).u(q.off).u(wk.off).u(0).u(0).u(0).f(scale), grid_1d(R * w));
+             Push().u(lq).u(heads).u(w).u(q.off).u(wk.off).u(0).u(0).u(0).f(scale), grid_1d(R * w),
+             proj_flops);
     Attention a;
     a.T = lq, a.nh = heads, a.nkv = 1, a.hd = static_cast<int>(w), a.scale = 1.f, a.causal = false, a.kv = T;
     a.q = qt.span(), a.k = m, a.v = m, a.out = ctx.span();
     a.q_ld = heads * w, a.k_ld = w, a.v_ld = w, a.out_ld = heads * w;
     attention(a);
     dispatch("head_proj", {ctx.span(), wv, bv, out}, 8u,
-             Push().u(lq).u(heads).u(w).u(0).u(wv.off).u(bv.off).u(out.off).u(1).f(1.f), grid_1d(lq * w));
+             Push().u(lq).u(heads).u(w).u(0).u(wv.off).u(bv.off).u(out.off).u(1).f(1.f), grid_1d(lq * w),
+             proj_flops);
 }
 
 // ---- weights ----
