@@ -559,10 +559,11 @@ void VkStream::gdn_gates(Span b, Span a, int64_t T, int Hv, Span A_log, Span dt_
              Push().u(n).u(Hv).u(b.off).u(a.off).u(A_log.off).u(dt_bias.off), grid_1d(n));
 }
 
-// Tokens per dispatch of the token-serial delta rule: the state goes through device memory between dispatches.
+// Tokens per dispatch of the token-serial delta rule: the state goes through device memory between
+// dispatches.
 constexpr int64_t kDeltaRuleTokens = 64;
-// The chunked delta rule (shaders/delta_wy.comp, delta_scan.comp): chunk length, the shared memory its kernels
-// declare, and the most chunks per pair of dispatches (delta_scan loops over them; lavapipe cuts an
+// The chunked delta rule (shaders/delta_wy.comp, delta_scan.comp): chunk length, the shared memory its
+// kernels declare, and the most chunks per pair of dispatches (delta_scan loops over them; lavapipe cuts an
 // invocation's loops off after 65,535 iterations) and scratch bytes for them.
 constexpr int64_t kDeltaChunk = 64;
 constexpr uint32_t kDeltaShared = 29248;
@@ -600,8 +601,8 @@ void VkStream::delta_rule_serial(const DeltaRule& d) {
 std::pair<double, double> delta_flops(const DeltaRule& d, int64_t T) {
     double wy = 0, scan = 0;
     const double dk = d.dk, dv = d.dv;
-    for (const auto& [n, count] : {std::pair{double(kDeltaChunk), double(T / kDeltaChunk)},
-                                  std::pair{double(T % kDeltaChunk), 1.0}}) {
+    for (const auto& [n, count] :
+         {std::pair{double(kDeltaChunk), double(T / kDeltaChunk)}, std::pair{double(T % kDeltaChunk), 1.0}}) {
         wy += count * (2 * n * n * dk + n * n * n / 3 + n * (n + 1) * (dk + dv));
         scan += count * (6 * n * dk * dv + n * (n + 1) * dv + dk * dv);
     }
@@ -614,9 +615,10 @@ void VkStream::delta_rule_chunked(const DeltaRule& d) {
     const int64_t per_chunk = int64_t{d.Hv} * kDeltaChunk * (d.dk + d.dv + kDeltaChunk + 1);  // floats
     const uint64_t budget = std::min<uint64_t>(kDeltaScratchBytes, ctx_.max_range());
     if (static_cast<uint64_t>(per_chunk) * 4 > ctx_.max_range())
-        throw Error(fmt::format("vulkan: the delta rule's scratch for {} value heads exceeds the device's "
-                                "largest buffer",
-                                d.Hv));
+        throw Error(
+            fmt::format("vulkan: the delta rule's scratch for {} value heads exceeds the device's "
+                        "largest buffer",
+                        d.Hv));
     const int64_t chunks = (d.T + kDeltaChunk - 1) / kDeltaChunk;
     const int64_t group = std::clamp<int64_t>(static_cast<int64_t>(budget / (per_chunk * 4)), 1,
                                               std::min(chunks, kDeltaMaxChunks));
