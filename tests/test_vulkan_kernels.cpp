@@ -646,8 +646,8 @@ namespace {
 // device's delta_rule.comp and the oracle's) sum n = dk terms. The chunked (WY) forms also sum over the
 // chunk's positions and exponentiate cumulative decays G (relative error 2 gamma_n(C) sum|g| + 2 u sum|g| + 4
 // u): the oracle's substitution and intra-chunk attention give n = dk + 2C; the device's (delta_wy.comp,
-// delta_scan.comp) forms T = (I + A)^-1 explicitly (a 16-term substitution, then sums over up to 48 + 16
-// terms) before W = T B and U = T V, one more chunk's worth: n = dk + 3C.
+// delta_scan.comp) forms T = (I + A)^-1 explicitly (a substitution over up to C terms per column) before W =
+// T B and U = T V, and folds the decays into Q and K first: one more chunk's worth, n = dk + 3C.
 struct DeltaModel {
     int Hk, Hv, dk, dv;
     std::vector<double> S;             // [Hv][dk][dv]
@@ -772,15 +772,16 @@ void check_delta_rule(Tally& tally, int Hk, int Hv, int dk, int dv, int64_t T, b
 }  // namespace
 
 TEST(VulkanKernels, DeltaRule) {
-    // The device runs the oracle's form: token-serial (chunked = false) or in 64-token chunks (chunked =
-    // true). Two calls per case carry the state. T: one token, a chunk less one, one chunk, one more, several
-    // and a partial one. Shapes: key widths not a multiple of the 16-wide slabs (40) up to the largest (256),
-    // value widths not a multiple of the 16-column blocks (24), GQA groups of 1 to 3 value heads per key
-    // head. A wrong key head for a value head, a missing decay, a lost state column or a chunk's wrong
-    // position is off by O(|o|).
+    // The device runs the oracle's form: token-serial (chunked = false) or in 64-token chunks (chunked = true).
+    // Two calls per case carry the state. T: one token, a chunk less one, one chunk, one more, several and a
+    // partial one. Shapes: a key width that is neither a multiple of the 16-wide slabs nor of 4 (42, padded in
+    // the scratch), a value width that is neither a multiple of the 16-column blocks nor of 4 (26), Clef-Flash's
+    // 128, key heads wider than the chunked kernels hold (256: the token-serial kernel runs), GQA groups of 1 to
+    // 3 value heads per key head. A wrong key head for a value head, a missing decay, a lost state column or a
+    // chunk's wrong position is off by O(|o|).
     Tally serial("delta_rule serial"), chunked_tally("delta_rule chunked");
     const std::tuple<int, int, int, int> shapes[] = {
-        {2, 4, 16, 16}, {2, 4, 128, 128}, {2, 4, 16, 96}, {1, 3, 40, 24}, {2, 2, 256, 32}};
+        {2, 4, 16, 16}, {2, 4, 128, 128}, {2, 4, 16, 96}, {1, 3, 42, 26}, {2, 2, 256, 32}};
     for (auto [Hk, Hv, dk, dv] : shapes)
         for (int64_t T : {1, 63, 64, 65, 200})
             for (bool chunked : {false, true})
@@ -793,9 +794,9 @@ TEST(VulkanKernels, DeltaRule) {
 }
 
 TEST(VulkanKernels, DeltaRuleLong) {
-    // 16,384 tokens in one call from a carried-in state: 256 chunks, more than one group of chunks per pair
-    // of dispatches at this shape (the device's 32 MiB scratch holds 254 chunks of 4 heads of 32 + 32 + 65
-    // values per row), and more loop iterations in all (tokens times key width) than lavapipe lets one
+    // 16,384 tokens in one call from a carried-in state: 256 chunks, more than one group of chunks per pair of
+    // dispatches at this shape (the device's 32 MiB scratch holds 169 chunks of 4 heads of 3 x 32 + 32 + 65
+    // values per position), and more loop iterations in all (tokens times key width) than lavapipe lets one
     // invocation run.
     Tally tally("delta_rule_long");
     check_delta_rule(tally, 2, 4, 32, 32, 16384, true, 1);

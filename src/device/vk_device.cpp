@@ -562,19 +562,21 @@ void VkStream::gdn_gates(Span b, Span a, int64_t T, int Hv, Span A_log, Span dt_
 // Tokens per dispatch of the token-serial delta rule: the state goes through device memory between
 // dispatches.
 constexpr int64_t kDeltaRuleTokens = 64;
-// The chunked delta rule (shaders/delta_wy.comp, delta_scan.comp): chunk length, the shared memory its
-// kernels declare, and the most chunks per pair of dispatches (delta_scan loops over them; lavapipe cuts an
-// invocation's loops off after 65,535 iterations) and scratch bytes for them.
+// The chunked delta rule (shaders/delta_wy.comp, delta_scan.comp): chunk length, the widest key heads and the
+// most shared memory its kernels declare, and the most chunks per pair of dispatches (delta_scan loops over
+// them; lavapipe cuts an invocation's loops off after 65,535 iterations) and scratch bytes for them.
 constexpr int64_t kDeltaChunk = 64;
-constexpr uint32_t kDeltaShared = 29248;
+constexpr int kDeltaChunkedKeys = 128;
+constexpr uint32_t kDeltaShared = 28928;
 constexpr int64_t kDeltaMaxChunks = 1024;
 constexpr uint64_t kDeltaScratchBytes = uint64_t{32} << 20;
 
 void VkStream::delta_rule(const DeltaRule& d) {
     if (d.dk > 256) throw Error("vulkan: delta rule heads of key width over 256");
     if (d.T == 0) return;
-    // Devices with less shared memory than the chunked kernels declare run the token-serial kernel.
-    if (d.chunked && ctx_.info().shared_memory >= kDeltaShared)
+    // Key heads wider than the chunked kernels hold, and devices with less shared memory than they declare, run
+    // the token-serial kernel.
+    if (d.chunked && d.dk <= kDeltaChunkedKeys && ctx_.info().shared_memory >= kDeltaShared)
         delta_rule_chunked(d);
     else
         delta_rule_serial(d);
@@ -612,34 +614,34 @@ std::pair<double, double> delta_flops(const DeltaRule& d, int64_t T) {
 // The chunked form: per group of chunks, delta_wy (every chunk's W, U, P and G into a scratch buffer, all
 // chunks in parallel), then delta_scan (the state carried across the group's chunks, and the outputs).
 void VkStream::delta_rule_chunked(const DeltaRule& d) {
-    const int64_t per_chunk = int64_t{d.Hv} * kDeltaChunk * (d.dk + d.dv + kDeltaChunk + 1);  // floats
+    const int64_t dkp = (d.dk + 3) / 4 * 4;  // the scratch's rows of key width, whole vec4s
+    // Scratch floats per chunk: W, Qg and Kd (dkp each), U (dv), P (64) and G (1) per position and value head.
+    const int64_t per_chunk = int64_t{d.Hv} * kDeltaChunk * (3 * dkp + d.dv + kDeltaChunk + 1);
     const uint64_t budget = std::min<uint64_t>(kDeltaScratchBytes, ctx_.max_range());
     if (static_cast<uint64_t>(per_chunk) * 4 > ctx_.max_range())
-        throw Error(
-            fmt::format("vulkan: the delta rule's scratch for {} value heads exceeds the device's "
-                        "largest buffer",
-                        d.Hv));
+        throw Error(fmt::format("vulkan: the delta rule's scratch for {} value heads exceeds the device's largest "
+                                "buffer",
+                                d.Hv));
     const int64_t chunks = (d.T + kDeltaChunk - 1) / kDeltaChunk;
     const int64_t group = std::clamp<int64_t>(static_cast<int64_t>(budget / (per_chunk * 4)), 1,
                                               std::min(chunks, kDeltaMaxChunks));
     const Tensor x = scratch(group * per_chunk, Elem::F32);
     for (int64_t c0 = 0; c0 < chunks; c0 += group) {
         const int64_t nc = std::min(group, chunks - c0), t0 = c0 * kDeltaChunk;
-        const int64_t T = std::min(nc * kDeltaChunk, d.T - t0), R = nc * kDeltaChunk;
-        const int64_t oU = int64_t{d.Hv} * R * d.dk, oP = oU + int64_t{d.Hv} * R * d.dv,
-                      oG = oP + int64_t{d.Hv} * R * kDeltaChunk;
+        const int64_t T = std::min(nc * kDeltaChunk, d.T - t0), rows = int64_t{d.Hv} * nc * kDeltaChunk;
+        const int64_t oQ = rows * dkp, oK = 2 * rows * dkp, oU = 3 * rows * dkp, oP = oU + rows * d.dv,
+                      oG = oP + rows * kDeltaChunk;
         const auto [wy_flops, scan_flops] = delta_flops(d, T);
         Push wy;
-        wy.u(T).u(d.Hk).u(d.Hv).u(d.dk).u(d.dv).u(d.q_ld).u(d.k_ld).u(d.v_ld);
+        wy.u(T).u(d.Hk).u(d.Hv).u(d.dk).u(dkp).u(d.dv).u(d.q_ld).u(d.k_ld).u(d.v_ld);
         wy.u(d.q.off + t0 * d.q_ld).u(d.k.off + t0 * d.k_ld).u(d.v.off + t0 * d.v_ld);
-        wy.u(d.beta.off + t0 * d.Hv).u(d.g.off + t0 * d.Hv).u(0).u(oU).u(oP).u(oG);
+        wy.u(d.beta.off + t0 * d.Hv).u(d.g.off + t0 * d.Hv).u(0).u(oQ).u(oK).u(oU).u(oP).u(oG);
         dispatch("delta_wy", {d.q, d.k, d.v, d.beta, d.g, x.span()}, 1u << 5, wy,
                  {static_cast<uint32_t>(nc), static_cast<uint32_t>(d.Hv), 1}, wy_flops);
         Push scan;
-        scan.u(T).u(d.Hk).u(d.Hv).u(d.dk).u(d.dv).u(d.q_ld).u(d.k_ld);
-        scan.u(d.q.off + t0 * d.q_ld).u(d.k.off + t0 * d.k_ld).u(0).u(oU).u(oP).u(oG);
+        scan.u(T).u(d.Hv).u(d.dk).u(dkp).u(d.dv).u(0).u(oQ).u(oK).u(oU).u(oP).u(oG);
         scan.u(d.out.off + t0 * d.Hv * d.dv).u(d.state.off);
-        dispatch("delta_scan", {d.q, d.k, x.span(), d.out, d.state}, (1u << 3) | (1u << 4), scan,
+        dispatch("delta_scan", {x.span(), d.out, d.state}, (1u << 1) | (1u << 2), scan,
                  {static_cast<uint32_t>(d.Hv), static_cast<uint32_t>((d.dv + 15) / 16), 1}, scan_flops);
     }
 }

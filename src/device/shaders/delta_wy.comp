@@ -1,18 +1,21 @@
 // The chunked gated delta rule, first pass: the intra-chunk products of every 64-token chunk, all chunks in
 // parallel (ops/delta_rule.h gated_delta_rule_chunked's algebra; device/vk_device.cpp VkStream::delta_rule runs
-// delta_scan.comp after it). One workgroup per (chunk, value head h); with G the chunk's cumulative log decays
-// (fp32, summed in token order as the CPU does):
+// delta_scan.comp after it). One workgroup per (chunk, value head h). With G the chunk's cumulative log decays
+// (fp32, summed in token order as the CPU does) and the mask applied before exp (only differences <= 0 are
+// exponentiated):
 //   A = strictly lower part of diag(beta) (K Kᵀ) o exp(G_i - G_j);  T = (I + A)^-1
 //   W = T diag(beta exp(G)) K,  U = T diag(beta) V,  P = lower part, diagonal included, of (Q Kᵀ) o exp(G_i - G_j)
-// The mask is applied before exp, so only differences <= 0 are exponentiated. T comes from its 16x16
-// diagonal blocks (forward substitution, one column per invocation, in registers) merged block row by block
-// row (T_ij = -T_ii sum_k A_ik T_kj). The products are 64x64 output tiles, 4x4 outputs per invocation, with
-// the inner dimension staged through shared memory in slabs of 16. Writes the chunk's rows (token < T) of
-// W [Hv][R][dk], U [Hv][R][dv], P [Hv][R][64] and G [Hv][R] of the scratch buffer (R: the rows of whole
-// chunks). Shared memory: 26,112 bytes.
+// and for the scan, with the decays folded in: Qg = diag(exp(G)) Q and Kd = (diag(exp(G_n - G)) K)ᵀ.
+// [K; Q] Kᵀ is one 128 x 64 product (8 x 8 outputs per invocation, dk staged in slabs of 16); T comes from a
+// forward substitution per column (one column per invocation, unrolled, in registers); W and U are 64 x 128
+// output tiles (8 x 8 per invocation) over the chunk's positions staged in slabs of 16, skipping the slabs
+// above T's diagonal. Shared tiles are vec4 rows padded against bank conflicts. Writes the chunk's rows
+// (token < T) of W, Qg [Hv][R][dkp], Kd [Hv][R / 64][dkp][64], U [Hv][R][dv], P [Hv][R][64] and G [Hv][R]
+// into the scratch buffer (R: the rows of whole chunks, dkp: dk rounded up to 4, the padding zeros).
+// dk <= 128. Shared memory: 28,928 bytes.
 #version 450
 #include "common.glsl"
-layout(local_size_x = 256) in;
+layout(local_size_x = 128) in;
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 1) readonly buffer K { float k[]; };
 layout(std430, binding = 2) readonly buffer V { float v[]; };
@@ -20,17 +23,20 @@ layout(std430, binding = 3) readonly buffer Bt { float beta[]; };
 layout(std430, binding = 4) readonly buffer G { float g[]; };
 layout(std430, binding = 5) writeonly buffer X { float x[]; };
 layout(push_constant) uniform P {
-    uint T, Hk, Hv, dk, dv, q_ld, k_ld, v_ld, oq, okk, ov, ob, og, oW, oU, oP, oG;
+    uint T, Hk, Hv, dk, dkp, dv, q_ld, k_ld, v_ld, oq, okk, ov, ob, og, oW, oQ, oK, oU, oP, oG;
 } p;
 
 const uint C = 64u;   // chunk length
-const uint LA = 65u;  // row stride of As (padded against bank conflicts)
-shared float As[C * LA];  // A, then T
-shared float st[2176];    // staging: K and Q slabs [64][17]; then B slabs [16][64]
-shared float Gs[C], Bs[C], Es[C];  // G, beta, beta exp(G)
+const uint LA = 17u;  // vec4 per row of As: 64 values and a padding vec4
+const uint LS = 5u;   // vec4 per row of a staged slab: 16 values and a padding vec4
+shared vec4 As[C * LA];       // A, then T
+shared vec4 st[128u * LS];    // staging: the [K; Q] slab [128][16]; then the B slab, transposed [128][16]
+shared float Gs[C], Bs[C], Es[C], Eg[C], Ds[C];  // G, beta, beta exp(G), exp(G), exp(G_n - G)
 
-// G (token order, fp32), beta and beta exp(G) of the chunk's n tokens; zeros past them.
-void decays(uint h, uint t0, uint n, uint lid) {
+float at(uint row, uint col) { return As[row * LA + col / 4u][col % 4u]; }
+
+// G (token order, fp32) and the chunk's decay factors; zeros past its n tokens.
+void decays(uint h, uint t0, uint n, uint R, uint lid) {
     if (lid < C) {
         Gs[lid] = lid < n ? g[p.og + (t0 + lid) * p.Hv + h] : 0.0;
         Bs[lid] = lid < n ? beta[p.ob + (t0 + lid) * p.Hv + h] : 0.0;
@@ -41,130 +47,129 @@ void decays(uint h, uint t0, uint n, uint lid) {
         for (uint i = 0u; i < n; ++i) Gs[i] = acc += Gs[i];
     }
     barrier();
-    if (lid < C) Es[lid] = Bs[lid] * exp(Gs[lid]);
+    if (lid < C) {
+        const float gi = Gs[lid], e = exp(gi);
+        Eg[lid] = e;
+        Es[lid] = Bs[lid] * e;
+        Ds[lid] = lid < n ? exp(Gs[n - 1u] - gi) : 0.0;
+        if (lid < n) x[p.oG + h * R + t0 + lid] = gi;
+    }
+    barrier();
 }
 
-// A into As and P into the scratch: K Kᵀ and Q Kᵀ over dk in slabs of 16, rows ty + 16a, columns tx + 16b.
-void masked_products(uint h, uint kh, uint t0, uint n, uint R, uint lid) {
-    const uint tx = lid % 16u, ty = lid / 16u;
-    float kk[4][4], qk[4][4];
-    [[unroll]] for (uint a = 0u; a < 4u; ++a)
-        [[unroll]] for (uint b = 0u; b < 4u; ++b) kk[a][b] = 0.0, qk[a][b] = 0.0;
+// [K; Q] Kᵀ over dk in slabs of 16 (rows 8 ri + a, columns cj + 8 b); A into As, P, Qg and Kd into the
+// scratch.
+void products(uint h, uint kh, uint c, uint t0, uint n, uint R, uint lid) {
+    const uint ri = lid / 8u, cj = lid % 8u;
+    float acc[8][8];
+    [[unroll]] for (uint a = 0u; a < 8u; ++a)
+        [[unroll]] for (uint b = 0u; b < 8u; ++b) acc[a][b] = 0.0;
     for (uint k0 = 0u; k0 < p.dk; k0 += 16u) {
-        [[unroll]] for (uint m = 0u; m < 4u; ++m) {
-            const uint e = lid + 256u * m, row = e / 16u, col = e % 16u;
-            const bool ok = row < n && k0 + col < p.dk;
-            st[row * 17u + col] = ok ? k[p.okk + (t0 + row) * p.k_ld + kh * p.dk + k0 + col] : 0.0;
-            st[1088u + row * 17u + col] = ok ? q[p.oq + (t0 + row) * p.q_ld + kh * p.dk + k0 + col] : 0.0;
+        [[unroll]] for (uint m = 0u; m < 16u; ++m) {
+            const uint e = lid + 128u * m, row = e / 16u, col = e % 16u, i = row % C, kk = k0 + col;
+            float val = 0.0;
+            if (i < n && kk < p.dk)
+                val = row < C ? k[p.okk + (t0 + i) * p.k_ld + kh * p.dk + kk]
+                              : q[p.oq + (t0 + i) * p.q_ld + kh * p.dk + kk];
+            st[row * LS + col / 4u][col % 4u] = val;
+            if (row >= C && i < n && kk < p.dkp) x[p.oQ + (h * R + t0 + i) * p.dkp + kk] = Eg[i] * val;
         }
         barrier();
-        [[unroll]] for (uint l = 0u; l < 16u; ++l) {
-            float ki[4], qi[4], kj[4];
-            [[unroll]] for (uint a = 0u; a < 4u; ++a) {
-                ki[a] = st[(ty + 16u * a) * 17u + l];
-                qi[a] = st[1088u + (ty + 16u * a) * 17u + l];
-                kj[a] = st[(tx + 16u * a) * 17u + l];
-            }
-            [[unroll]] for (uint a = 0u; a < 4u; ++a)
-                [[unroll]] for (uint b = 0u; b < 4u; ++b) {
-                    kk[a][b] = fma(ki[a], kj[b], kk[a][b]);
-                    qk[a][b] = fma(qi[a], kj[b], qk[a][b]);
+        [[unroll]] for (uint m = 0u; m < 8u; ++m) {  // Kd, transposed: [k][j]
+            const uint e = lid + 128u * m, kk = e / C, j = e % C;
+            if (k0 + kk < p.dkp)
+                x[p.oK + ((h * R / C + c) * p.dkp + k0 + kk) * C + j] = Ds[j] * st[j * LS + kk / 4u][kk % 4u];
+        }
+        for (uint s = 0u; s < 4u; ++s) {
+            vec4 ra[8], cb[8];
+            [[unroll]] for (uint a = 0u; a < 8u; ++a) ra[a] = st[(8u * ri + a) * LS + s];
+            [[unroll]] for (uint b = 0u; b < 8u; ++b) cb[b] = st[(cj + 8u * b) * LS + s];
+            [[unroll]] for (uint a = 0u; a < 8u; ++a)
+                [[unroll]] for (uint b = 0u; b < 8u; ++b) {
+                    acc[a][b] = fma(ra[a].x, cb[b].x, acc[a][b]);
+                    acc[a][b] = fma(ra[a].y, cb[b].y, acc[a][b]);
+                    acc[a][b] = fma(ra[a].z, cb[b].z, acc[a][b]);
+                    acc[a][b] = fma(ra[a].w, cb[b].w, acc[a][b]);
                 }
         }
         barrier();
     }
-    [[unroll]] for (uint a = 0u; a < 4u; ++a)
-        [[unroll]] for (uint b = 0u; b < 4u; ++b) {
-            const uint i = ty + 16u * a, j = tx + 16u * b;
+    // Rows 8 ri + a: K rows (A) for ri < 8, else Q rows (P).
+    [[unroll]] for (uint a = 0u; a < 8u; ++a)
+        [[unroll]] for (uint b = 0u; b < 8u; ++b) {
+            const uint i = (8u * ri + a) % C, j = cj + 8u * b;
             const float d = j <= i && i < n ? exp(Gs[i] - Gs[j]) : 0.0;
-            As[i * LA + j] = j < i ? Bs[i] * kk[a][b] * d : 0.0;
-            if (i < n) x[p.oP + (h * R + t0 + i) * C + j] = qk[a][b] * d;
+            if (ri < 8u)
+                As[i * LA + j / 4u][j % 4u] = j < i ? Bs[i] * acc[a][b] * d : 0.0;
+            else if (i < n)
+                x[p.oP + (h * R + t0 + i) * C + j] = acc[a][b] * d;
         }
     barrier();
 }
 
-// T = (I + A)^-1 in place: the diagonal blocks, then block rows 1..3 (M_ij = sum_{k=j}^{i-1} A_ik T_kj over
-// the original A_ik, then T_ij = -T_ii M_ij).
+// T = (I + A)^-1 in place: invocation c (and c + 64, redundantly, so that the substitution runs outside any
+// branch) solves (I + A) x = e_c by forward substitution, x in registers.
 void invert(uint lid) {
-    float xs[16];
-    const uint o = 16u * (lid / 16u % 4u), cc = lid % 16u;
-    if (lid < C)
-        [[unroll]] for (uint i = 0u; i < 16u; ++i) {
-            float s = i == cc ? 1.0 : 0.0;
-            [[unroll]] for (uint j = 0u; j < i; ++j) s -= As[(o + i) * LA + o + j] * xs[j];
-            xs[i] = s;
-        }
-    barrier();
-    if (lid < C)
-        [[unroll]] for (uint i = 0u; i < 16u; ++i) As[(o + i) * LA + o + cc] = xs[i];
-    barrier();
-    const uint r = lid / 16u;
-    for (uint bi = 1u; bi < 4u; ++bi) {
-        const uint row = (16u * bi + r) * LA;
-        float m[3];
-        [[unroll]] for (uint bj = 0u; bj < 3u; ++bj) {
-            float s = 0.0;
-            if (bj < bi)
-                for (uint l = 16u * bj; l < 16u * bi; ++l) s = fma(As[row + l], As[l * LA + 16u * bj + cc], s);
-            m[bj] = s;
-        }
-        barrier();
-        [[unroll]] for (uint bj = 0u; bj < 3u; ++bj) if (bj < bi) As[row + 16u * bj + cc] = m[bj];
-        barrier();
-        [[unroll]] for (uint bj = 0u; bj < 3u; ++bj) {
-            float s = 0.0;
-            if (bj < bi)
-                [[unroll]] for (uint l = 0u; l < 16u; ++l)
-                    s = fma(As[row + 16u * bi + l], As[(16u * bi + l) * LA + 16u * bj + cc], s);
-            m[bj] = -s;
-        }
-        barrier();
-        [[unroll]] for (uint bj = 0u; bj < 3u; ++bj) if (bj < bi) As[row + 16u * bj + cc] = m[bj];
-        barrier();
+    const uint c = lid % C;
+    float xs[C];
+    [[unroll]] for (uint i = 0u; i < C; ++i) {
+        float s = i == c ? 1.0 : 0.0;
+        [[unroll]] for (uint j = 0u; j < C; ++j)  // constant bounds, so that the nest unrolls fully
+            if (j < i) s = fma(-at(i, j), xs[j], s);
+        xs[i] = s;
     }
+    barrier();
+    if (lid < C)
+        [[unroll]] for (uint i = 0u; i < C; ++i) As[i * LA + c / 4u][c % 4u] = xs[i];
+    barrier();
 }
 
-// W = T diag(beta exp(G)) K (w) or U = T diag(beta) V: one 64-column tile from column c0 of a matrix of width
-// `width`, the chunk positions staged in slabs of 16.
-void wy_tile(bool w, uint c0, uint h, uint kh, uint t0, uint n, uint R, uint lid) {
-    const uint tx = lid % 16u, ty = lid / 16u, width = w ? p.dk : p.dv;
-    float acc[4][4];
-    [[unroll]] for (uint a = 0u; a < 4u; ++a)
-        [[unroll]] for (uint b = 0u; b < 4u; ++b) acc[a][b] = 0.0;
+// W = T diag(beta exp(G)) K (w) or U = T diag(beta) V: columns c0 .. c0 + 127 of a matrix of `width` columns
+// (stored `stride` wide, the columns past width as zeros), rows 8 ri + a and columns cj + 16 b per invocation.
+void wy_tile(bool w, uint c0, uint width, uint stride, uint h, uint kh, uint t0, uint n, uint R, uint lid) {
+    const uint ri = lid / 16u, cj = lid % 16u;
+    float acc[8][8];
+    [[unroll]] for (uint a = 0u; a < 8u; ++a)
+        [[unroll]] for (uint b = 0u; b < 8u; ++b) acc[a][b] = 0.0;
     for (uint s0 = 0u; s0 < n; s0 += 16u) {
-        [[unroll]] for (uint m = 0u; m < 4u; ++m) {
-            const uint e = lid + 256u * m, pp = e / 64u, col = e % 64u, pos = s0 + pp;
+        [[unroll]] for (uint m = 0u; m < 16u; ++m) {  // B transposed: [column][position]
+            const uint e = lid + 128u * m, pp = e / 128u, col = e % 128u, pos = s0 + pp;
             float val = 0.0;
             if (pos < n && c0 + col < width)
                 val = w ? Es[pos] * k[p.okk + (t0 + pos) * p.k_ld + kh * p.dk + c0 + col]
                         : Bs[pos] * v[p.ov + (t0 + pos) * p.v_ld + h * p.dv + c0 + col];
-            st[pp * 64u + col] = val;
+            st[col * LS + pp / 4u][pp % 4u] = val;
         }
         barrier();
-        [[unroll]] for (uint pp = 0u; pp < 16u; ++pp) {
-            float ta[4], bb[4];
-            [[unroll]] for (uint a = 0u; a < 4u; ++a) ta[a] = As[(ty + 16u * a) * LA + s0 + pp];
-            [[unroll]] for (uint b = 0u; b < 4u; ++b) bb[b] = st[pp * 64u + tx + 16u * b];
-            [[unroll]] for (uint a = 0u; a < 4u; ++a)
-                [[unroll]] for (uint b = 0u; b < 4u; ++b) acc[a][b] = fma(ta[a], bb[b], acc[a][b]);
-        }
+        if (s0 <= 8u * ri + 7u)  // T is lower triangular: rows above the slab get nothing from it
+            for (uint s = 0u; s < 4u; ++s) {
+                vec4 ta[8], bb[8];
+                [[unroll]] for (uint a = 0u; a < 8u; ++a) ta[a] = As[(8u * ri + a) * LA + s0 / 4u + s];
+                [[unroll]] for (uint b = 0u; b < 8u; ++b) bb[b] = st[(cj + 16u * b) * LS + s];
+                [[unroll]] for (uint a = 0u; a < 8u; ++a)
+                    [[unroll]] for (uint b = 0u; b < 8u; ++b) {
+                        acc[a][b] = fma(ta[a].x, bb[b].x, acc[a][b]);
+                        acc[a][b] = fma(ta[a].y, bb[b].y, acc[a][b]);
+                        acc[a][b] = fma(ta[a].z, bb[b].z, acc[a][b]);
+                        acc[a][b] = fma(ta[a].w, bb[b].w, acc[a][b]);
+                    }
+            }
         barrier();
     }
     const uint base = w ? p.oW : p.oU;
-    [[unroll]] for (uint a = 0u; a < 4u; ++a)
-        [[unroll]] for (uint b = 0u; b < 4u; ++b) {
-            const uint i = ty + 16u * a, col = c0 + tx + 16u * b;
-            if (i < n && col < width) x[base + (h * R + t0 + i) * width + col] = acc[a][b];
+    [[unroll]] for (uint a = 0u; a < 8u; ++a)
+        [[unroll]] for (uint b = 0u; b < 8u; ++b) {
+            const uint i = 8u * ri + a, col = c0 + cj + 16u * b;
+            if (i < n && col < stride) x[base + (h * R + t0 + i) * stride + col] = acc[a][b];
         }
 }
 
 void main() {
     const uint c = gl_WorkGroupID.x, h = gl_WorkGroupID.y, lid = gl_LocalInvocationID.x;
     const uint kh = h / (p.Hv / p.Hk), t0 = c * C, n = min(C, p.T - t0), R = (p.T + C - 1u) / C * C;
-    decays(h, t0, n, lid);
-    if (lid < n) x[p.oG + h * R + t0 + lid] = Gs[lid];
-    masked_products(h, kh, t0, n, R, lid);
+    decays(h, t0, n, R, lid);
+    products(h, kh, c, t0, n, R, lid);
     invert(lid);
-    for (uint c0 = 0u; c0 < p.dk; c0 += 64u) wy_tile(true, c0, h, kh, t0, n, R, lid);
-    for (uint c0 = 0u; c0 < p.dv; c0 += 64u) wy_tile(false, c0, h, kh, t0, n, R, lid);
+    wy_tile(true, 0u, p.dk, p.dkp, h, kh, t0, n, R, lid);
+    for (uint c0 = 0u; c0 < p.dv; c0 += 128u) wy_tile(false, c0, p.dv, p.dv, h, kh, t0, n, R, lid);
 }
