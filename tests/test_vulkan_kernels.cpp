@@ -855,13 +855,13 @@ void check_delta_rule(Tally& tally, int Hk, int Hv, int dk, int dv, int64_t T, b
 }  // namespace
 
 TEST(VulkanKernels, DeltaRule) {
-    // The device runs the oracle's form: token-serial (chunked = false) or in 64-token chunks (chunked = true).
-    // Two calls per case carry the state. T: one token, a chunk less one, one chunk, one more, several and a
-    // partial one. Shapes: a key width that is neither a multiple of the 16-wide slabs nor of 4 (42, padded in
-    // the scratch), a value width that is neither a multiple of the 16-column blocks nor of 4 (26), Clef-Flash's
-    // 128, key heads wider than the chunked kernels hold (256: the token-serial kernel runs), GQA groups of 1 to
-    // 3 value heads per key head. A wrong key head for a value head, a missing decay, a lost state column or a
-    // chunk's wrong position is off by O(|o|).
+    // The device runs the oracle's form: token-serial (chunked = false) or in 64-token chunks (chunked =
+    // true). Two calls per case carry the state. T: one token, a chunk less one, one chunk, one more, several
+    // and a partial one. Shapes: a key width that is neither a multiple of the 16-wide slabs nor of 4 (42,
+    // padded in the scratch), a value width that is neither a multiple of the 16-column blocks nor of 4 (26),
+    // Clef-Flash's 128, key heads wider than the chunked kernels hold (256: the token-serial kernel runs),
+    // GQA groups of 1 to 3 value heads per key head. A wrong key head for a value head, a missing decay, a
+    // lost state column or a chunk's wrong position is off by O(|o|).
     Tally serial("delta_rule serial"), chunked_tally("delta_rule chunked");
     const std::tuple<int, int, int, int> shapes[] = {
         {2, 4, 16, 16}, {2, 4, 128, 128}, {2, 4, 16, 96}, {1, 3, 42, 26}, {2, 2, 256, 32}};
@@ -878,8 +878,8 @@ TEST(VulkanKernels, DeltaRule) {
 
 TEST(VulkanKernels, DeltaRuleLong) {
     // 16,384 tokens in one call from a carried-in state: 256 chunks, four groups of chunks per pair of
-    // dispatches (64 chunks per group: vk_device.cpp kDeltaMaxChunks), and more loop iterations in all (tokens
-    // times key width) than lavapipe lets one invocation run.
+    // dispatches (64 chunks per group: vk_device.cpp kDeltaMaxChunks), and more loop iterations in all
+    // (tokens times key width) than lavapipe lets one invocation run.
     Tally tally("delta_rule_long");
     check_delta_rule(tally, 2, 4, 32, 32, 16384, true, 1);
     EXPECT_EQ(dev::vulkan_validation_errors(), 0);

@@ -763,8 +763,8 @@ constexpr uint64_t kDeltaScratchBytes = uint64_t{32} << 20;
 void VkStream::delta_rule(const DeltaRule& d) {
     if (d.dk > 256) throw Error("vulkan: delta rule heads of key width over 256");
     if (d.T == 0) return;
-    // Key heads wider than the chunked kernels hold, and devices with less shared memory than they declare, run
-    // the token-serial kernel.
+    // Key heads wider than the chunked kernels hold, and devices with less shared memory than they declare,
+    // run the token-serial kernel.
     if (d.chunked && d.dk <= kDeltaChunkedKeys && ctx_.info().shared_memory >= kDeltaShared)
         delta_rule_chunked(d);
     else
@@ -804,13 +804,15 @@ std::pair<double, double> delta_flops(const DeltaRule& d, int64_t T) {
 // chunks in parallel), then delta_scan (the state carried across the group's chunks, and the outputs).
 void VkStream::delta_rule_chunked(const DeltaRule& d) {
     const int64_t dkp = (d.dk + 3) / 4 * 4;  // the scratch's rows of key width, whole vec4s
-    // Scratch floats per chunk: W, Qg and Kd (dkp each), U (dv), P (64) and G (1) per position and value head.
+    // Scratch floats per chunk: W, Qg and Kd (dkp each), U (dv), P (64) and G (1) per position and value
+    // head.
     const int64_t per_chunk = int64_t{d.Hv} * kDeltaChunk * (3 * dkp + d.dv + kDeltaChunk + 1);
     const uint64_t budget = std::min<uint64_t>(kDeltaScratchBytes, ctx_.max_range());
     if (static_cast<uint64_t>(per_chunk) * 4 > ctx_.max_range())
-        throw Error(fmt::format("vulkan: the delta rule's scratch for {} value heads exceeds the device's largest "
-                                "buffer",
-                                d.Hv));
+        throw Error(
+            fmt::format("vulkan: the delta rule's scratch for {} value heads exceeds the device's largest "
+                        "buffer",
+                        d.Hv));
     const int64_t chunks = (d.T + kDeltaChunk - 1) / kDeltaChunk;
     const int64_t group = std::clamp<int64_t>(static_cast<int64_t>(budget / (per_chunk * 4)), 1,
                                               std::min(chunks, kDeltaMaxChunks));
