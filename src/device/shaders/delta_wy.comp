@@ -7,11 +7,12 @@
 //   W = T diag(beta exp(G)) K,  U = T diag(beta) V,  P = lower part, diagonal included, of (Q Kᵀ) o exp(G_i - G_j)
 // and for the scan, with the decays folded in: Qg = diag(exp(G)) Q and Kd = (diag(exp(G_n - G)) K)ᵀ.
 // [K; Q] Kᵀ is one 128 x 64 product (8 x 8 outputs per invocation, dk staged in slabs of 16); T comes from a
-// forward substitution per column (one column per invocation, unrolled, in registers); W and U are 64 x 128
-// output tiles (8 x 8 per invocation) over the chunk's positions staged in slabs of 16, skipping the slabs
-// above T's diagonal. Shared tiles are vec4 rows padded against bank conflicts. Writes the chunk's rows
-// (token < T) of W, Qg [Hv][R][dkp], Kd [Hv][R / 64][dkp][64], U [Hv][R][dv], P [Hv][R][64] and G [Hv][R]
-// into the scratch buffer (R: the rows of whole chunks, dkp: dk rounded up to 4, the padding zeros).
+// forward substitution per column (one column per invocation, unrolled, in registers); [W | U] side by side
+// in 64 x 128 output tiles (8 x 8 per invocation; one tile where dk + dv <= 128) over the chunk's positions
+// staged in slabs of 16, skipping the slabs above T's diagonal. Shared tiles are vec4 rows padded against
+// bank conflicts. Writes the chunk's rows (token < T) of W, Qg [Hv][R][dkp], Kd [Hv][R / 64][dkp][64],
+// U [Hv][R][dv], P [Hv][R][64] and G [Hv][R] into the scratch buffer (R: the rows of whole chunks, dkp: dk
+// rounded up to 4, the padding zeros).
 // dk <= 128. Shared memory: 28,928 bytes.
 #version 450
 #include "common.glsl"
@@ -124,21 +125,22 @@ void invert(uint lid) {
     barrier();
 }
 
-// W = T diag(beta exp(G)) K (w) or U = T diag(beta) V: columns c0 .. c0 + 127 of a matrix of `width` columns
-// (stored `stride` wide, the columns past width as zeros), rows 8 ri + a and columns cj + 16 b per invocation.
-void wy_tile(bool w, uint c0, uint width, uint stride, uint h, uint kh, uint t0, uint n, uint R, uint lid) {
+// [W | U] = T [diag(beta exp(G)) K | diag(beta) V]: columns c0 .. c0 + 127 of the two side by side (W's dkp
+// columns, the padding zeros, then U's dv), rows 8 ri + a and columns cj + 16 b per invocation.
+void wy_tile(uint c0, uint h, uint kh, uint t0, uint n, uint R, uint lid) {
     const uint ri = lid / 16u, cj = lid % 16u;
     float acc[8][8];
     [[unroll]] for (uint a = 0u; a < 8u; ++a)
         [[unroll]] for (uint b = 0u; b < 8u; ++b) acc[a][b] = 0.0;
     for (uint s0 = 0u; s0 < n; s0 += 16u) {
         [[unroll]] for (uint m = 0u; m < 16u; ++m) {  // B transposed: [column][position]
-            const uint e = lid + 128u * m, pp = e / 128u, col = e % 128u, pos = s0 + pp;
+            const uint e = lid + 128u * m, pp = e / 128u, cl = e % 128u, col = c0 + cl, pos = s0 + pp;
             float val = 0.0;
-            if (pos < n && c0 + col < width)
-                val = w ? Es[pos] * k[p.okk + (t0 + pos) * p.k_ld + kh * p.dk + c0 + col]
-                        : Bs[pos] * v[p.ov + (t0 + pos) * p.v_ld + h * p.dv + c0 + col];
-            st[col * LS + pp / 4u][pp % 4u] = val;
+            if (pos < n && col < p.dk)
+                val = Es[pos] * k[p.okk + (t0 + pos) * p.k_ld + kh * p.dk + col];
+            else if (pos < n && col >= p.dkp && col < p.dkp + p.dv)
+                val = Bs[pos] * v[p.ov + (t0 + pos) * p.v_ld + h * p.dv + col - p.dkp];
+            st[cl * LS + pp / 4u][pp % 4u] = val;
         }
         barrier();
         if (s0 <= 8u * ri + 7u)  // T is lower triangular: rows above the slab get nothing from it
@@ -156,11 +158,13 @@ void wy_tile(bool w, uint c0, uint width, uint stride, uint h, uint kh, uint t0,
             }
         barrier();
     }
-    const uint base = w ? p.oW : p.oU;
     [[unroll]] for (uint a = 0u; a < 8u; ++a)
         [[unroll]] for (uint b = 0u; b < 8u; ++b) {
-            const uint i = 8u * ri + a, col = c0 + cj + 16u * b;
-            if (i < n && col < stride) x[base + (h * R + t0 + i) * stride + col] = acc[a][b];
+            const uint i = 8u * ri + a, col = c0 + cj + 16u * b, row = h * R + t0 + i;
+            if (i < n && col < p.dkp)
+                x[p.oW + row * p.dkp + col] = acc[a][b];
+            else if (i < n && col < p.dkp + p.dv)
+                x[p.oU + row * p.dv + col - p.dkp] = acc[a][b];
         }
 }
 
@@ -170,6 +174,5 @@ void main() {
     decays(h, t0, n, R, lid);
     products(h, kh, c, t0, n, R, lid);
     invert(lid);
-    wy_tile(true, 0u, p.dk, p.dkp, h, kh, t0, n, R, lid);
-    for (uint c0 = 0u; c0 < p.dv; c0 += 128u) wy_tile(false, c0, p.dv, p.dv, h, kh, t0, n, R, lid);
+    for (uint c0 = 0u; c0 < p.dkp + p.dv; c0 += 128u) wy_tile(c0, h, kh, t0, n, R, lid);
 }
