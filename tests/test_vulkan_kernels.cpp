@@ -728,9 +728,11 @@ namespace {
 //   update      u (|s_i| + |k_i u_j|)
 // and o_j = s.q is off by |q| |e| + gamma_n(n) sum |s_i q_i| + u |o_j|. The state is exact (double) here;
 // each implementation keeps its own |e| bound per column, carried across calls. The serial forms (the
-// shader's and the oracle's) sum n = dk terms. The oracle's chunked (WY) form also sums over the chunk's
-// positions (the substitution and the intra-chunk attention: n = dk + 2C) and exponentiates cumulative decays
-// G (relative error 2 gamma_n(C) sum|g| + 2 u sum|g| + 4 u): the same model with those.
+// device's delta_rule.comp and the oracle's) sum n = dk terms. The chunked (WY) forms also sum over the
+// chunk's positions and exponentiate cumulative decays G (relative error 2 gamma_n(C) sum|g| + 2 u sum|g| + 4
+// u): the oracle's substitution and intra-chunk attention give n = dk + 2C; the device's (delta_wy.comp,
+// delta_scan.comp) forms T = (I + A)^-1 explicitly (a substitution over up to C terms per column) before W =
+// T B and U = T V, and folds the decays into Q and K first: one more chunk's worth, n = dk + 3C.
 struct DeltaModel {
     int Hk, Hv, dk, dv;
     std::vector<double> S;             // [Hv][dk][dv]
@@ -744,7 +746,7 @@ struct DeltaModel {
                             const std::vector<float>& beta, const std::vector<float>& g, bool chunked) {
         std::vector<double> bound(T * Hv * dv);
         const int64_t C = std::min<int64_t>(64, T);
-        const double n_gpu = dk, n_cpu = chunked ? dk + 2.0 * C : dk;
+        const double n_gpu = chunked ? dk + 3.0 * C : dk, n_cpu = chunked ? dk + 2.0 * C : dk;
         std::vector<double> s(dk), loc_g(dk), loc_c(dk);
         for (int64_t t = 0; t < T; ++t)
             for (int h = 0; h < Hv; ++h) {
@@ -755,8 +757,9 @@ struct DeltaModel {
                 double g_chunk = 0;  // sum |g| over this token's chunk
                 for (int64_t t2 = t / 64 * 64; t2 < std::min(T, t / 64 * 64 + 64); ++t2)
                     g_chunk += std::abs(g[t2 * Hv + h]);
-                const double rd_gpu = (4 + 2 * std::abs(gt)) * kU;
-                const double rd_cpu = chunked ? 2 * gamma_n(C) * g_chunk + 2 * kU * g_chunk + 4 * kU : rd_gpu;
+                const double rd_gpu = chunked ? 2 * gamma_n(C) * g_chunk + 2 * kU * g_chunk + 4 * kU
+                                              : (4 + 2 * std::abs(gt)) * kU;
+                const double rd_cpu = rd_gpu;
                 double qn = 0, kn = 0;
                 for (int i = 0; i < dk; ++i) qn += double{qt[i]} * qt[i], kn += double{kt[i]} * kt[i];
                 qn = std::sqrt(qn), kn = std::sqrt(kn);
@@ -816,54 +819,71 @@ std::vector<float> unit_heads(int64_t T, int heads, int d, int64_t ld, float nor
     return x;
 }
 
+// One delta-rule case on both devices: `calls` calls of T tokens each carrying the state, the outputs and the
+// state after each call checked against the oracle (bounds: DeltaModel).
+void check_delta_rule(Tally& tally, int Hk, int Hv, int dk, int dv, int64_t T, bool chunked, int calls) {
+    Pair p;
+    const int64_t q_ld = int64_t{Hk} * dk + 3, k_ld = int64_t{Hk} * dk + 5, v_ld = int64_t{Hv} * dv + 1;
+    const auto s0 = random_values(int64_t{Hv} * dk * dv, static_cast<uint32_t>(dk + dv), 0.5f);
+    const Both bs = both(p, s0, 3);
+    DeltaModel model(Hk, Hv, dk, dv, s0);
+    for (int call = 0; call < calls; ++call) {
+        const uint32_t seed = static_cast<uint32_t>(T * 1000 + dk + dv + call);
+        const auto q = unit_heads(T, Hk, dk, q_ld, 1.f / std::sqrt(static_cast<float>(dk)), seed);
+        const auto k = unit_heads(T, Hk, dk, k_ld, 1.f, seed + 1);
+        const auto v = random_values(T * v_ld, seed + 2);
+        auto beta = random_values(T * Hv, seed + 3, 4.f), g = random_values(T * Hv, seed + 4);
+        for (float& x : beta) x = 1.f / (1.f + std::exp(-x));
+        for (float& x : g) x = -0.15f * (x + 1.01f);  // log decays in (-0.3, 0)
+        const Both bq = both(p, q, 1), bk = both(p, k, 2), bv = both(p, v, 3), bb = both(p, beta, 1),
+                   bg = both(p, g, 2), bo = both(p, std::vector<float>(T * Hv * dv), 1);
+        for (bool on_gpu : {true, false}) {
+            dev::DeltaRule d;
+            d.T = T, d.Hk = Hk, d.Hv = Hv, d.dk = dk, d.dv = dv, d.chunked = chunked;
+            d.q_ld = q_ld, d.k_ld = k_ld, d.v_ld = v_ld;
+            const auto sp = [&](const Both& b) { return on_gpu ? b.g() : b.c(); };
+            d.q = sp(bq), d.k = sp(bk), d.v = sp(bv), d.beta = sp(bb), d.g = sp(bg), d.out = sp(bo);
+            d.state = sp(bs);
+            (on_gpu ? p.g : p.c)->delta_rule(d);
+        }
+        const auto bound = model.run(T, q, q_ld, k, k_ld, v, v_ld, beta, g, chunked);
+        const std::string what = label(
+            {{"Hk", Hk}, {"Hv", Hv}, {"dk", dk}, {"dv", dv}, {"T", T}, {"chunked", chunked}, {"call", call}});
+        tally.check(what, bo.read(p, true), bo.read(p, false), bound, 1e-2);
+        tally.check(what + " state", bs.read(p, true), bs.read(p, false), model.state_bound(), 1e-2);
+    }
+}
+
 }  // namespace
 
 TEST(VulkanKernels, DeltaRule) {
-    // The shader is token-serial; the oracle runs serial (chunked = false) and in 64-token chunks (chunked =
-    // true). Two calls per case carry the state. Bounds: DeltaModel. A wrong key head for a value head, a
-    // missing decay or a lost state column is off by O(|o|).
-    Tally tally("delta_rule");
-    const int Hk = 2, Hv = 4;
-    // T = 600 at dk = dv = 128: one dispatch over every token went wrong on lavapipe from token 249 on
-    // (token 492 at 64), and the device now runs the tokens in dispatches of 64.
-    std::vector<std::tuple<int, int, int64_t>> shapes;
-    for (auto [dk, dv] : {std::pair{16, 16}, std::pair{128, 128}, std::pair{16, 96}})
-        for (int64_t T : {1, 5, 70}) shapes.emplace_back(dk, dv, T);
-    shapes.emplace_back(128, 128, 600);
-    for (auto [dk, dv, T] : shapes)
-        for (bool chunked : {false, true}) {
-            Pair p;
-            const int64_t q_ld = int64_t{Hk} * dk + 3, k_ld = int64_t{Hk} * dk + 5,
-                          v_ld = int64_t{Hv} * dv + 1;
-            const auto s0 = random_values(int64_t{Hv} * dk * dv, static_cast<uint32_t>(dk + dv), 0.5f);
-            const Both bs = both(p, s0, 3);
-            DeltaModel model(Hk, Hv, dk, dv, s0);
-            for (int call = 0; call < 2; ++call) {
-                const uint32_t seed = static_cast<uint32_t>(T * 1000 + dk + dv + call);
-                const auto q = unit_heads(T, Hk, dk, q_ld, 1.f / std::sqrt(static_cast<float>(dk)), seed);
-                const auto k = unit_heads(T, Hk, dk, k_ld, 1.f, seed + 1);
-                const auto v = random_values(T * v_ld, seed + 2);
-                auto beta = random_values(T * Hv, seed + 3, 4.f), g = random_values(T * Hv, seed + 4);
-                for (float& x : beta) x = 1.f / (1.f + std::exp(-x));
-                for (float& x : g) x = -0.15f * (x + 1.01f);  // log decays in (-0.3, 0)
-                const Both bq = both(p, q, 1), bk = both(p, k, 2), bv = both(p, v, 3), bb = both(p, beta, 1),
-                           bg = both(p, g, 2), bo = both(p, std::vector<float>(T * Hv * dv), 1);
-                for (bool on_gpu : {true, false}) {
-                    dev::DeltaRule d;
-                    d.T = T, d.Hk = Hk, d.Hv = Hv, d.dk = dk, d.dv = dv, d.chunked = chunked;
-                    d.q_ld = q_ld, d.k_ld = k_ld, d.v_ld = v_ld;
-                    const auto sp = [&](const Both& b) { return on_gpu ? b.g() : b.c(); };
-                    d.q = sp(bq), d.k = sp(bk), d.v = sp(bv), d.beta = sp(bb), d.g = sp(bg), d.out = sp(bo);
-                    d.state = sp(bs);
-                    (on_gpu ? p.g : p.c)->delta_rule(d);
-                }
-                const auto bound = model.run(T, q, q_ld, k, k_ld, v, v_ld, beta, g, chunked);
-                const std::string what =
-                    label({{"dk", dk}, {"dv", dv}, {"T", T}, {"chunked", chunked}, {"call", call}});
-                tally.check(what, bo.read(p, true), bo.read(p, false), bound, 1e-2);
-                tally.check(what + " state", bs.read(p, true), bs.read(p, false), model.state_bound(), 1e-2);
-            }
-        }
+    // The device runs the oracle's form: token-serial (chunked = false) or in 64-token chunks (chunked =
+    // true). Two calls per case carry the state. T: one token, a chunk less one, one chunk, one more, several
+    // and a partial one. Shapes: a key width that is neither a multiple of the 16-wide slabs nor of 4 (42,
+    // padded in the scratch), a value width that is neither a multiple of the 16-column blocks nor of 4 (26),
+    // Clef-Flash's 128, key heads wider than the chunked kernels hold (256: the token-serial kernel runs),
+    // GQA groups of 1 to 3 value heads per key head. A wrong key head for a value head, a missing decay, a
+    // lost state column or a chunk's wrong position is off by O(|o|).
+    Tally serial("delta_rule serial"), chunked_tally("delta_rule chunked");
+    const std::tuple<int, int, int, int> shapes[] = {
+        {2, 4, 16, 16}, {2, 4, 128, 128}, {2, 4, 16, 96}, {1, 3, 42, 26}, {2, 2, 256, 32}};
+    for (auto [Hk, Hv, dk, dv] : shapes)
+        for (int64_t T : {1, 63, 64, 65, 200})
+            for (bool chunked : {false, true})
+                check_delta_rule(chunked ? chunked_tally : serial, Hk, Hv, dk, dv, T, chunked, 2);
+    // T = 600 at dk = dv = 128: one dispatch of the token-serial kernel over every token went wrong on
+    // lavapipe from token 249 on (token 492 at 64), and the device runs that kernel in dispatches of 64
+    // tokens.
+    check_delta_rule(serial, 2, 4, 128, 128, 600, false, 1);
+    EXPECT_EQ(dev::vulkan_validation_errors(), 0);
+}
+
+TEST(VulkanKernels, DeltaRuleLong) {
+    // 16,384 tokens in one call from a carried-in state: 256 chunks, four groups of chunks per pair of
+    // dispatches (64 chunks per group: vk_device.cpp kDeltaMaxChunks), and more loop iterations in all
+    // (tokens times key width) than lavapipe lets one invocation run.
+    Tally tally("delta_rule_long");
+    check_delta_rule(tally, 2, 4, 32, 32, 16384, true, 1);
     EXPECT_EQ(dev::vulkan_validation_errors(), 0);
 }
 

@@ -320,6 +320,8 @@ private:
     void elementwise(uint32_t op, Span a, Span b, Span c);
     void norm(Span x, int64_t rows, int64_t d, int64_t per, int64_t x_ld, Span w, Span bz, Span y,
               uint32_t kind, uint32_t wmode, uint32_t gate, float eps, float scale);
+    void delta_rule_serial(const DeltaRule& d);
+    void delta_rule_chunked(const DeltaRule& d);
 
     VulkanDevice& dev_;
     Context& ctx_;
@@ -743,11 +745,31 @@ void VkStream::gdn_gates(Span b, Span a, int64_t T, int Hv, Span A_log, Span dt_
              Push().u(n).u(Hv).u(b.off).u(a.off).u(A_log.off).u(dt_bias.off), grid_1d(n));
 }
 
-// Tokens per delta-rule dispatch: the state goes through device memory between dispatches.
+// Tokens per dispatch of the token-serial delta rule: the state goes through device memory between
+// dispatches.
 constexpr int64_t kDeltaRuleTokens = 64;
+// The chunked delta rule (shaders/delta_wy.comp, delta_scan.comp): chunk length, the widest key heads and the
+// most shared memory its kernels declare, and the most chunks per pair of dispatches (delta_scan loops over
+// them, about 60 loop iterations per chunk: no invocation loops more than a few thousand times, and lavapipe
+// cuts an invocation's loops off after 65,535 iterations) and scratch bytes for them.
+constexpr int64_t kDeltaChunk = 64;
+constexpr int kDeltaChunkedKeys = 128;
+constexpr uint32_t kDeltaShared = 28928;
+constexpr int64_t kDeltaMaxChunks = 64;
+constexpr uint64_t kDeltaScratchBytes = uint64_t{32} << 20;
 
 void VkStream::delta_rule(const DeltaRule& d) {
     if (d.dk > 256) throw Error("vulkan: delta rule heads of key width over 256");
+    if (d.T == 0) return;
+    // Key heads wider than the chunked kernels hold, and devices with less shared memory than they declare,
+    // run the token-serial kernel.
+    if (d.chunked && d.dk <= kDeltaChunkedKeys && ctx_.info().shared_memory >= kDeltaShared)
+        delta_rule_chunked(d);
+    else
+        delta_rule_serial(d);
+}
+
+void VkStream::delta_rule_serial(const DeltaRule& d) {
     for (int64_t t0 = 0; t0 < d.T; t0 += kDeltaRuleTokens) {
         const int64_t T = std::min<int64_t>(kDeltaRuleTokens, d.T - t0);
         Push pc;
@@ -758,6 +780,58 @@ void VkStream::delta_rule(const DeltaRule& d) {
         dispatch("delta_rule", {d.q, d.k, d.v, d.beta, d.g, d.out, d.state}, (1u << 5) | (1u << 6), pc,
                  {static_cast<uint32_t>(d.Hv), static_cast<uint32_t>((d.dv + 63) / 64), 1},
                  7.0 * static_cast<double>(T) * d.Hv * d.dk * d.dv);
+    }
+}
+
+// The arithmetic of the chunked form over T tokens (chunks of 64 and the rest), per pass, counted on the
+// tokens (the kernels' padding of a partial chunk and the zero triangles of their tiles are not counted):
+// delta_wy: the n^2 masked dot products of K Kᵀ and Q Kᵀ, the triangular inverse (n^3 / 3) and W, U (T is
+// lower triangular); delta_scan: [W; Q] S, P V' (lower triangular) and the state update.
+std::pair<double, double> delta_flops(const DeltaRule& d, int64_t T) {
+    double wy = 0, scan = 0;
+    const double dk = d.dk, dv = d.dv;
+    for (const auto& [n, count] :
+         {std::pair{double(kDeltaChunk), double(T / kDeltaChunk)}, std::pair{double(T % kDeltaChunk), 1.0}}) {
+        wy += count * (2 * n * n * dk + n * n * n / 3 + n * (n + 1) * (dk + dv));
+        scan += count * (6 * n * dk * dv + n * (n + 1) * dv + dk * dv);
+    }
+    return {wy * d.Hv, scan * d.Hv};
+}
+
+// The chunked form: per group of chunks, delta_wy (every chunk's W, U, P and G into a scratch buffer, all
+// chunks in parallel), then delta_scan (the state carried across the group's chunks, and the outputs).
+void VkStream::delta_rule_chunked(const DeltaRule& d) {
+    const int64_t dkp = (d.dk + 3) / 4 * 4;  // the scratch's rows of key width, whole vec4s
+    // Scratch floats per chunk: W, Qg and Kd (dkp each), U (dv), P (64) and G (1) per position and value
+    // head.
+    const int64_t per_chunk = int64_t{d.Hv} * kDeltaChunk * (3 * dkp + d.dv + kDeltaChunk + 1);
+    const uint64_t budget = std::min<uint64_t>(kDeltaScratchBytes, ctx_.max_range());
+    if (static_cast<uint64_t>(per_chunk) * 4 > ctx_.max_range())
+        throw Error(
+            fmt::format("vulkan: the delta rule's scratch for {} value heads exceeds the device's largest "
+                        "buffer",
+                        d.Hv));
+    const int64_t chunks = (d.T + kDeltaChunk - 1) / kDeltaChunk;
+    const int64_t group = std::clamp<int64_t>(static_cast<int64_t>(budget / (per_chunk * 4)), 1,
+                                              std::min(chunks, kDeltaMaxChunks));
+    const Tensor x = scratch(group * per_chunk, Elem::F32);
+    for (int64_t c0 = 0; c0 < chunks; c0 += group) {
+        const int64_t nc = std::min(group, chunks - c0), t0 = c0 * kDeltaChunk;
+        const int64_t T = std::min(nc * kDeltaChunk, d.T - t0), rows = int64_t{d.Hv} * nc * kDeltaChunk;
+        const int64_t oQ = rows * dkp, oK = 2 * rows * dkp, oU = 3 * rows * dkp, oP = oU + rows * d.dv,
+                      oG = oP + rows * kDeltaChunk;
+        const auto [wy_flops, scan_flops] = delta_flops(d, T);
+        Push wy;
+        wy.u(T).u(d.Hk).u(d.Hv).u(d.dk).u(dkp).u(d.dv).u(d.q_ld).u(d.k_ld).u(d.v_ld);
+        wy.u(d.q.off + t0 * d.q_ld).u(d.k.off + t0 * d.k_ld).u(d.v.off + t0 * d.v_ld);
+        wy.u(d.beta.off + t0 * d.Hv).u(d.g.off + t0 * d.Hv).u(0).u(oQ).u(oK).u(oU).u(oP).u(oG);
+        dispatch("delta_wy", {d.q, d.k, d.v, d.beta, d.g, x.span()}, 1u << 5, wy,
+                 {static_cast<uint32_t>(nc), static_cast<uint32_t>(d.Hv), 1}, wy_flops);
+        Push scan;
+        scan.u(T).u(d.Hv).u(d.dk).u(dkp).u(d.dv).u(0).u(oQ).u(oK).u(oU).u(oP).u(oG);
+        scan.u(d.out.off + t0 * d.Hv * d.dv).u(d.state.off);
+        dispatch("delta_scan", {x.span(), d.out, d.state}, (1u << 1) | (1u << 2), scan,
+                 {static_cast<uint32_t>(d.Hv), static_cast<uint32_t>((d.dv + 15) / 16), 1}, scan_flops);
     }
 }
 

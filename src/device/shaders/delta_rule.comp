@@ -5,11 +5,11 @@
 #version 450
 #include "common.glsl"
 layout(local_size_x = 64) in;
-layout(std430, binding = 0) buffer Q { float q[]; };
-layout(std430, binding = 1) buffer K { float k[]; };
-layout(std430, binding = 2) buffer V { float v[]; };
-layout(std430, binding = 3) buffer Bt { float beta[]; };
-layout(std430, binding = 4) buffer G { float g[]; };
+layout(std430, binding = 0) readonly buffer Q { float q[]; };
+layout(std430, binding = 1) readonly buffer K { float k[]; };
+layout(std430, binding = 2) readonly buffer V { float v[]; };
+layout(std430, binding = 3) readonly buffer Bt { float beta[]; };
+layout(std430, binding = 4) readonly buffer G { float g[]; };
 layout(std430, binding = 5) buffer O { float o[]; };
 layout(std430, binding = 6) buffer S { float st[]; };
 layout(push_constant) uniform P { uint T, Hk, Hv, dk, dv, q_ld, k_ld, v_ld, oq, okk, ov, ob, og, oo, os; } p;
