@@ -14,27 +14,35 @@
 
 namespace clef::ops {
 
+using i8::kI8Bias;
 using i8::kI8Block;
 using i8::kI8Cols;
 using i8::kI8PanelBlockBytes;
 using i8::kI8Rows;
+using i8::kI8TileCols;
 using i8::kU8PanelBlockBytes;
 
 namespace {
 
-constexpr int64_t kColBlock = 8 * kI8Cols;  // output columns per task: one streamed decode, 8 panels
+constexpr int64_t kColBlock = 4 * kI8Cols;  // output columns per task: one streamed decode, 4 panels
+// Blocks of k per kernel call: a tile's weights over them (kI8TileCols x 512 levels + scales, 18 KiB) stay in
+// the L1 cache while every row of the activations passes (docs/PERFORMANCE.md, the int8 yardstick).
+constexpr int64_t kKBlocks = 16;
 
 using QuantizeFn = void (*)(const float*, int64_t, int8_t*, float*);
+using QuantizeActsFn = void (*)(const float*, int64_t, unsigned char*, bool);
 
-// Scatters one weight row (column c of its panel) into the panel layout: block b's kI8Block levels lv as
-// kI8Block / 4 steps of 4, then one fp32 per array in f (f[a][b]) after the levels, kI8Cols floats apart.
-void scatter_row(const void* lv, std::initializer_list<const float*> f, int64_t nb, int64_t block_bytes,
-                 int64_t c, unsigned char* panel) {
+// Scatters one weight row (column c of its panel) into the panel layout: block b's kI8Block levels lv (each
+// byte plus `bias`) as kI8Block / 4 steps of 4, then one fp32 per array in f (f[a][b]) after the levels,
+// kI8Cols floats apart.
+void scatter_row(const void* lv, unsigned char bias, std::initializer_list<const float*> f, int64_t nb,
+                 int64_t block_bytes, int64_t c, unsigned char* panel) {
     const auto* l = static_cast<const unsigned char*>(lv);
     for (int64_t b = 0; b < nb; ++b) {
         unsigned char* pb = panel + b * block_bytes;
-        for (int st = 0; st < kI8Block / 4; ++st)
-            std::memcpy(pb + st * 32 + c * 4, l + b * kI8Block + st * 4, 4);
+        for (int t = 0; t < kI8Block; ++t)
+            pb[(t / 4) * kI8Cols * 4 + c * 4 + t % 4] =
+                static_cast<unsigned char>(l[b * kI8Block + t] + bias);
         int64_t at = kI8Block * kI8Cols;
         for (const float* a : f) {
             std::memcpy(pb + at + c * 4, a + b, 4);
@@ -43,22 +51,23 @@ void scatter_row(const void* lv, std::initializer_list<const float*> f, int64_t 
     }
 }
 
-// Quantises nr fp32 rows [nr][k] into the panels they fall in (column j of panel j / kI8Cols); q and s are
-// one row's scratch. Columns without a row keep what panels held (zero-initialised by the caller).
+// Quantises nr fp32 rows [nr][k] into the panels they fall in (column j of panel j / kI8Cols; levels w stored
+// as w + kI8Bias); q and s are one row's scratch. Columns without a row keep what panels held (the caller
+// zero-fills: a zero weight with a zero scale).
 void pack_rows(const float* src, int64_t nr, int64_t k, int64_t nb, unsigned char* panels, int8_t* q,
                float* s, QuantizeFn quantize) {
     for (int64_t j = 0; j < nr; ++j) {
         quantize(src + j * k, k, q, s);
-        scatter_row(q, {s}, nb, kI8PanelBlockBytes, j % kI8Cols,
+        scatter_row(q, kI8Bias, {s}, nb, kI8PanelBlockBytes, j % kI8Cols,
                     panels + (j / kI8Cols) * nb * kI8PanelBlockBytes);
     }
 }
 
-// The same for nr rows of levels u [nr][k] with D and O [nr][nb] (level panels).
+// The same for nr rows of levels u [nr][k] with D and O [nr][nb] (level panels, no bias).
 void pack_levels(const uint8_t* u, const float* D, const float* O, int64_t nr, int64_t nb,
                  unsigned char* panels) {
     for (int64_t j = 0; j < nr; ++j)
-        scatter_row(u + j * nb * kI8Block, {D + j * nb, O + j * nb}, nb, kU8PanelBlockBytes, j % kI8Cols,
+        scatter_row(u + j * nb * kI8Block, 0, {D + j * nb, O + j * nb}, nb, kU8PanelBlockBytes, j % kI8Cols,
                     panels + (j / kI8Cols) * nb * kU8PanelBlockBytes);
 }
 
@@ -169,25 +178,64 @@ std::string Int8Linear::backend_name() const {
     return impl_ && impl_->bits ? "int8-levels(" + int8_target() + ")" : int8_plan_string();
 }
 
+namespace {
+
+// Quantised activations [m][k] (ops/int8_kernels.h), rows ld bytes apart.
+struct Activations {
+    std::vector<unsigned char> p;
+    int64_t ld = 0, nb = 0;
+
+    // Rows [i0, i0 + rows), blocks from kb0 on.
+    i8::I8Rows rows(int64_t i0, int rows, int64_t kb0) const {
+        i8::I8Rows r;
+        r.p = p.data() + i0 * ld + kb0 * i8::kI8ActBytes;
+        r.ld = ld;
+        r.rows = rows;
+        return r;
+    }
+};
+
+// y[m][c0 + j] for j < nc (<= kColBlock) from the column block's panels (panel_bytes apart): per slice of
+// kKBlocks blocks, per tile of kI8TileCols columns, every row in groups of kI8Rows (bits: 0 signed panels).
+void column_block(const Activations& a, int64_t m, const unsigned char* panels, int64_t panel_bytes, int bits,
+                  int64_t nc, float* y, int64_t ldy, bool reference) {
+    const int64_t bb = bits ? kU8PanelBlockBytes : kI8PanelBlockBytes;
+    for (int64_t kb0 = 0; kb0 < a.nb; kb0 += kKBlocks)
+        for (int64_t j = 0; j < nc; j += kI8TileCols) {
+            i8::I8Tile t;
+            t.panel = panels + (j / kI8Cols) * panel_bytes + kb0 * bb;
+            t.panel_stride = panel_bytes;
+            t.nb = std::min(kKBlocks, a.nb - kb0);
+            t.ncols = static_cast<int>(std::min<int64_t>(kI8TileCols, nc - j));
+            t.ldy = ldy;
+            t.accumulate = kb0 > 0;
+            for (int64_t i0 = 0; i0 < m; i0 += kI8Rows) {
+                const i8::I8Rows x = a.rows(i0, static_cast<int>(std::min<int64_t>(kI8Rows, m - i0)), kb0);
+                t.y = y + i0 * ldy + j;
+                if (bits)
+                    (reference ? i8::panel_block_u_ref : i8::panel_block_u)(x, t, bits);
+                else
+                    (reference ? i8::panel_block_ref : i8::panel_block)(x, t);
+            }
+        }
+}
+
+}  // namespace
+
 void Int8Linear::forward(const float* x, int64_t m, float* y, const float* bias, bool reference) const {
     if (m <= 0) return;
     if (!impl_) throw Error("int8 linear: empty layer");
     const Impl& p = *impl_;
-    const int64_t n = n_, k = k_, nb = p.nb, kp = p.kp;
+    const int64_t n = n_, k = k_, nb = p.nb;
     const QuantizeFn quantize = reference ? i8::quantize_row_ref : i8::quantize_row;
+    const QuantizeActsFn quantize_acts = reference ? i8::quantize_acts_ref : i8::quantize_acts;
     num_threads();  // applies the global thread setting to this thread
-    std::vector<int8_t> xq(static_cast<size_t>(m * kp));
-    std::vector<float> xs(static_cast<size_t>(m * nb));
-    std::vector<int32_t> xsum(p.bits ? static_cast<size_t>(m * nb) : 0);
+    Activations a;
+    a.nb = nb;
+    a.ld = nb * i8::kI8ActBytes;
+    a.p.resize(static_cast<size_t>(m * a.ld));
 #pragma omp parallel for schedule(static) if (m * k > (1 << 15))
-    for (int64_t i = 0; i < m; ++i) {
-        quantize(x + i * k, k, xq.data() + i * kp, xs.data() + i * nb);
-        for (int64_t b = 0; b < (p.bits ? nb : 0); ++b) {
-            int32_t s = 0;
-            for (int t = 0; t < kI8Block; ++t) s += xq[i * kp + b * kI8Block + t];
-            xsum[i * nb + b] = s;
-        }
-    }
+    for (int64_t i = 0; i < m; ++i) quantize_acts(x + i * k, k, a.p.data() + i * a.ld, p.bits != 0);
     const int64_t nblocks = (n + kColBlock - 1) / kColBlock;
 #pragma omp parallel if (m * n * k > (1 << 18))
     {
@@ -203,21 +251,7 @@ void Int8Linear::forward(const float* x, int64_t m, float* y, const float* bias,
             // A packed layer's own panels (no offset on its empty buffer when streamed: UBSan).
             const unsigned char* panels =
                 p.streamed() ? own.data() : p.packed.data() + (c0 / kI8Cols) * p.panel_bytes();
-            for (int64_t i0 = 0; i0 < m; i0 += kI8Rows) {
-                const int rows = static_cast<int>(std::min<int64_t>(kI8Rows, m - i0));
-                for (int64_t j = 0; j < nc; j += kI8Cols) {
-                    const unsigned char* panel = panels + (j / kI8Cols) * p.panel_bytes();
-                    const int cols = static_cast<int>(std::min<int64_t>(kI8Cols, nc - j));
-                    float* yo = y + i0 * n + c0 + j;
-                    if (p.bits)
-                        (reference ? i8::panel_block_u_ref : i8::panel_block_u)(
-                            xq.data() + i0 * kp, xs.data() + i0 * nb, xsum.data() + i0 * nb, nb, panel, rows,
-                            cols, yo, n, p.bits);
-                    else
-                        (reference ? i8::panel_block_ref : i8::panel_block)(
-                            xq.data() + i0 * kp, xs.data() + i0 * nb, nb, panel, rows, cols, yo, n);
-                }
-            }
+            column_block(a, m, panels, p.panel_bytes(), p.bits, nc, y + c0, n, reference);
         }
     }
     if (!bias) return;
@@ -227,36 +261,26 @@ void Int8Linear::forward(const float* x, int64_t m, float* y, const float* bias,
 }
 
 double int8_kernel_gops(int iters, int bits) {
-    constexpr int64_t m = 64, k = 1024, n = 64, nb = k / kI8Block, reps = 16;  // ~2 ms per timed run
+    // One column block's slice of k against 64 rows, as the forward calls the kernels: ~1 ms per timed run.
+    constexpr int64_t m = 64, n = kColBlock, nb = kKBlocks, k = nb * kI8Block, reps = 32;
     const int threads = num_threads();
     double best = 0;
     std::vector<double> secs(static_cast<size_t>(threads), 0);
 #pragma omp parallel num_threads(threads)
     {
-        std::vector<int8_t> xq(static_cast<size_t>(m * k), 3);
-        std::vector<float> xs(static_cast<size_t>(m * nb), 0.5f);
-        const int64_t bb = bits ? kU8PanelBlockBytes : kI8PanelBlockBytes;
-        std::vector<unsigned char> panels(static_cast<size_t>((n / kI8Cols) * nb * bb), 5);
-        std::vector<int32_t> xsum(static_cast<size_t>(m * nb), 96);
+        Activations a;
+        a.nb = nb;
+        a.ld = nb * i8::kI8ActBytes;
+        a.p.assign(static_cast<size_t>(m * a.ld), 3);
+        const int64_t panel_bytes = nb * (bits ? kU8PanelBlockBytes : kI8PanelBlockBytes);
+        std::vector<unsigned char> panels(static_cast<size_t>((n / kI8Cols) * panel_bytes), 5);
         std::vector<float> y(static_cast<size_t>(m * n));
         for (int it = 0; it <= iters; ++it) {
 #pragma omp barrier
             const double t0 = omp_get_wtime();
             for (int64_t rep = 0; rep < reps; ++rep)
-                for (int64_t i0 = 0; i0 < m; i0 += kI8Rows)
-                    for (int64_t j = 0; j < n; j += kI8Cols)
-                        if (bits)
-                            i8::panel_block_u(xq.data() + i0 * k, xs.data() + i0 * nb, xsum.data() + i0 * nb,
-                                              nb, panels.data() + (j / kI8Cols) * nb * bb, kI8Rows, kI8Cols,
-                                              y.data() + i0 * n + j, n, bits);
-                        else
-                            i8::panel_block(xq.data() + i0 * k, xs.data() + i0 * nb, nb,
-                                            panels.data() + (j / kI8Cols) * nb * bb, kI8Rows, kI8Cols,
-                                            y.data() + i0 * n + j, n);
+                column_block(a, m, panels.data(), panel_bytes, bits, n, y.data(), n, false);
             const double dt = omp_get_wtime() - t0;
-#pragma omp barrier
-#pragma omp single
-            std::fill(secs.begin(), secs.end(), 0.0);
             secs[static_cast<size_t>(omp_get_thread_num())] = dt;
 #pragma omp barrier
 #pragma omp single
