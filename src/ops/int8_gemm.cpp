@@ -33,16 +33,20 @@ using QuantizeFn = void (*)(const float*, int64_t, int8_t*, float*);
 using QuantizeActsFn = void (*)(const float*, int64_t, unsigned char*, bool);
 
 // Scatters one weight row (column c of its panel) into the panel layout: block b's kI8Block levels lv (each
-// byte plus `bias`) as kI8Block / 4 steps of 4, then one fp32 per array in f (f[a][b]) after the levels,
-// kI8Cols floats apart.
-void scatter_row(const void* lv, unsigned char bias, std::initializer_list<const float*> f, int64_t nb,
+// byte xor 0x80 with `bias`: w + kI8Bias for int8 levels w) as kI8Block / 4 steps of 4, then one fp32 per
+// array in f (f[a][b]) after the levels, kI8Cols floats apart.
+void scatter_row(const void* lv, bool bias, std::initializer_list<const float*> f, int64_t nb,
                  int64_t block_bytes, int64_t c, unsigned char* panel) {
     const auto* l = static_cast<const unsigned char*>(lv);
+    const uint32_t flip = bias ? 0x80808080u : 0u;
     for (int64_t b = 0; b < nb; ++b) {
         unsigned char* pb = panel + b * block_bytes;
-        for (int t = 0; t < kI8Block; ++t)
-            pb[(t / 4) * kI8Cols * 4 + c * 4 + t % 4] =
-                static_cast<unsigned char>(l[b * kI8Block + t] + bias);
+        for (int st = 0; st < kI8Block / 4; ++st) {
+            uint32_t four;
+            std::memcpy(&four, l + b * kI8Block + st * 4, 4);
+            four ^= flip;
+            std::memcpy(pb + st * kI8Cols * 4 + c * 4, &four, 4);
+        }
         int64_t at = kI8Block * kI8Cols;
         for (const float* a : f) {
             std::memcpy(pb + at + c * 4, a + b, 4);
@@ -51,38 +55,42 @@ void scatter_row(const void* lv, unsigned char bias, std::initializer_list<const
     }
 }
 
-// Quantises nr fp32 rows [nr][k] into the panels they fall in (column j of panel j / kI8Cols; levels w stored
-// as w + kI8Bias); q and s are one row's scratch. Columns without a row keep what panels held (the caller
-// zero-fills: a zero weight with a zero scale).
-void pack_rows(const float* src, int64_t nr, int64_t k, int64_t nb, unsigned char* panels, int8_t* q,
-               float* s, QuantizeFn quantize) {
-    for (int64_t j = 0; j < nr; ++j) {
-        quantize(src + j * k, k, q, s);
-        scatter_row(q, kI8Bias, {s}, nb, kI8PanelBlockBytes, j % kI8Cols,
+// nr rows of int8 levels q [nr][nb * kI8Block] with scales s [nr][nb] into the signed panels they fall in
+// (column j of panel j / kI8Cols). Columns without a row keep what panels held (the caller zero-fills: a zero
+// scale).
+void pack_int8(const int8_t* q, const float* s, int64_t nr, int64_t nb, unsigned char* panels) {
+    for (int64_t j = 0; j < nr; ++j)
+        scatter_row(q + j * nb * kI8Block, true, {s + j * nb}, nb, kI8PanelBlockBytes, j % kI8Cols,
                     panels + (j / kI8Cols) * nb * kI8PanelBlockBytes);
-    }
 }
 
-// The same for nr rows of levels u [nr][k] with D and O [nr][nb] (level panels, no bias).
+// The same for nr rows of levels u [nr][nb * kI8Block] with D and O [nr][nb] (level panels, no bias).
 void pack_levels(const uint8_t* u, const float* D, const float* O, int64_t nr, int64_t nb,
                  unsigned char* panels) {
     for (int64_t j = 0; j < nr; ++j)
-        scatter_row(u + j * nb * kI8Block, 0, {D + j * nb, O + j * nb}, nb, kU8PanelBlockBytes, j % kI8Cols,
-                    panels + (j / kI8Cols) * nb * kU8PanelBlockBytes);
+        scatter_row(u + j * nb * kI8Block, false, {D + j * nb, O + j * nb}, nb, kU8PanelBlockBytes,
+                    j % kI8Cols, panels + (j / kI8Cols) * nb * kU8PanelBlockBytes);
 }
 
 }  // namespace
 
+// The weights' source: one of the three providers (ops/int8_gemm.h).
+struct Int8Linear::Providers {
+    RowProviderF32 rows;
+    LevelProvider levels;
+    Int8Provider int8;
+    bool any() const { return rows || levels || int8; }
+};
+
 struct Int8Linear::Impl {
     int64_t nb = 0, kp = 0;
     int bits = 0;                       // level panels of this many bits, else 0 (signed panels)
-    RowProviderF32 rows;                // streamed signed panels
-    LevelProvider levels;               // streamed level panels
+    Providers src;                      // streamed: the provider, read on every forward
     std::vector<unsigned char> packed;  // all panels, column block after column block (packed only)
 
     int64_t block_bytes() const { return bits ? kU8PanelBlockBytes : kI8PanelBlockBytes; }
     int64_t panel_bytes() const { return nb * block_bytes(); }
-    bool streamed() const { return rows || levels; }
+    bool streamed() const { return src.any(); }
     // One thread's scratch for one column block.
     struct Scratch {
         std::vector<float> f32, d, o;
@@ -91,32 +99,43 @@ struct Int8Linear::Impl {
         std::vector<float> s;
     };
     // Columns [c0, c0 + nc) (nc <= kColBlock) into `panels` (kColBlock / kI8Cols panels, zeroed here) from
-    // the provider in use.
-    void decode(const RowProviderF32& rp, const LevelProvider& lp, int64_t c0, int64_t nc, int64_t k,
-                Scratch& sc, unsigned char* panels, QuantizeFn quantize) const {
+    // the provider in pv; fp32 rows are quantised with `quantize`.
+    void decode(const Providers& pv, int64_t c0, int64_t nc, int64_t k, Scratch& sc, unsigned char* panels,
+                QuantizeFn quantize) const {
         std::fill_n(panels, (kColBlock / kI8Cols) * panel_bytes(), 0);
-        if (bits) {
-            sc.u.resize(static_cast<size_t>(kColBlock * k));
-            sc.d.resize(static_cast<size_t>(kColBlock * nb));
-            sc.o.resize(sc.d.size());
-            lp(c0, nc, sc.u.data(), sc.d.data(), sc.o.data());
-            pack_levels(sc.u.data(), sc.d.data(), sc.o.data(), nc, nb, panels);
-            return;
+        sc.s.resize(static_cast<size_t>(kColBlock * nb));
+        if (pv.levels) {
+            sc.u.resize(static_cast<size_t>(kColBlock * kp));
+            sc.o.resize(sc.s.size());
+            pv.levels(c0, nc, sc.u.data(), sc.s.data(), sc.o.data());
+            return pack_levels(sc.u.data(), sc.s.data(), sc.o.data(), nc, nb, panels);
         }
-        sc.f32.resize(static_cast<size_t>(kColBlock * k));
-        sc.q.resize(static_cast<size_t>(kp));
-        sc.s.resize(static_cast<size_t>(nb));
-        rp(c0, nc, sc.f32.data());
-        pack_rows(sc.f32.data(), nc, k, nb, panels, sc.q.data(), sc.s.data(), quantize);
+        sc.q.resize(static_cast<size_t>(kColBlock * kp));
+        if (pv.int8) {
+            pv.int8(c0, nc, sc.q.data(), sc.s.data());
+        } else {
+            sc.f32.resize(static_cast<size_t>(kColBlock * k));
+            pv.rows(c0, nc, sc.f32.data());
+            for (int64_t j = 0; j < nc; ++j)
+                quantize(sc.f32.data() + j * k, k, sc.q.data() + j * kp, sc.s.data() + j * nb);
+        }
+        pack_int8(sc.q.data(), sc.s.data(), nc, nb, panels);
     }
     // Packs every column block once (a packed layer).
-    void pack_all(const RowProviderF32& rp, const LevelProvider& lp, int64_t n, int64_t k) {
+    void pack_all(const Providers& pv, int64_t n, int64_t k) {
         const int64_t nblocks = (n + kColBlock - 1) / kColBlock;
         packed.assign(static_cast<size_t>(nblocks * (kColBlock / kI8Cols) * panel_bytes()), 0);
         Scratch sc;
         for (int64_t c0 = 0; c0 < n; c0 += kColBlock)
-            decode(rp, lp, c0, std::min(kColBlock, n - c0), k, sc,
-                   packed.data() + (c0 / kI8Cols) * panel_bytes(), i8::quantize_row);
+            decode(pv, c0, std::min(kColBlock, n - c0), k, sc, packed.data() + (c0 / kI8Cols) * panel_bytes(),
+                   i8::quantize_row);
+    }
+    // Keeps pv (streamed) or packs from it.
+    void take(Providers pv, int64_t n, int64_t k, bool streamed) {
+        if (streamed)
+            src = std::move(pv);
+        else
+            pack_all(pv, n, k);
     }
 };
 
@@ -131,10 +150,7 @@ Int8Linear::Int8Linear(const RowProviderF32& rows, int64_t n, int64_t k, bool st
     Impl& p = *impl_;
     p.nb = (k + kI8Block - 1) / kI8Block;
     p.kp = p.nb * kI8Block;
-    if (streamed)
-        p.rows = rows;
-    else
-        p.pack_all(rows, {}, n, k);
+    p.take({rows, {}, {}}, n, k, streamed);
 }
 
 Int8Linear::Int8Linear(const LevelProvider& levels, int bits, int64_t n, int64_t k, bool streamed)
@@ -146,10 +162,17 @@ Int8Linear::Int8Linear(const LevelProvider& levels, int bits, int64_t n, int64_t
     p.nb = k / kI8Block;
     p.kp = k;
     p.bits = bits;
-    if (streamed)
-        p.levels = levels;
-    else
-        p.pack_all({}, levels, n, k);
+    p.take({{}, levels, {}}, n, k, streamed);
+}
+
+Int8Linear::Int8Linear(const Int8Provider& levels, int64_t n, int64_t k, bool streamed)
+    : n_(n), k_(k), impl_(std::make_unique<Impl>()) {
+    if (n <= 0 || k <= 0) throw Error("int8 linear: empty weight matrix");
+    if (k % kI8Block != 0) throw Error("int8 linear: int8 levels need whole 32-value blocks");
+    Impl& p = *impl_;
+    p.nb = k / kI8Block;
+    p.kp = k;
+    p.take({{}, {}, levels}, n, k, streamed);
 }
 
 bool Int8Linear::streamed() const {
@@ -246,7 +269,7 @@ void Int8Linear::forward(const float* x, int64_t m, float* y, const float* bias,
             const int64_t c0 = cb * kColBlock, nc = std::min(kColBlock, n - c0);
             if (p.streamed()) {
                 own.resize(static_cast<size_t>((kColBlock / kI8Cols) * p.panel_bytes()));
-                p.decode(p.rows, p.levels, c0, nc, k, sc, own.data(), quantize);
+                p.decode(p.src, c0, nc, k, sc, own.data(), quantize);
             }
             // A packed layer's own panels (no offset on its empty buffer when streamed: UBSan).
             const unsigned char* panels =
