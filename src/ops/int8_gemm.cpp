@@ -98,11 +98,11 @@ struct Int8Linear::Impl {
         std::vector<int8_t> q;
         std::vector<float> s;
     };
-    // Columns [c0, c0 + nc) (nc <= kColBlock) into `panels` (kColBlock / kI8Cols panels, zeroed here) from
-    // the provider in pv; fp32 rows are quantised with `quantize`.
+    // Columns [c0, c0 + nc) (nc <= kColBlock) into `panels` (kColBlock / kI8Cols panels; the columns from nc
+    // on zeroed here) from the provider in pv; fp32 rows are quantised with `quantize`.
     void decode(const Providers& pv, int64_t c0, int64_t nc, int64_t k, Scratch& sc, unsigned char* panels,
                 QuantizeFn quantize) const {
-        std::fill_n(panels, (kColBlock / kI8Cols) * panel_bytes(), 0);
+        if (nc < kColBlock) std::fill_n(panels, (kColBlock / kI8Cols) * panel_bytes(), 0);
         sc.s.resize(static_cast<size_t>(kColBlock * nb));
         if (pv.levels) {
             sc.u.resize(static_cast<size_t>(kColBlock * kp));
@@ -203,15 +203,20 @@ std::string Int8Linear::backend_name() const {
 
 namespace {
 
-// Quantised activations [m][k] (ops/int8_kernels.h), rows ld bytes apart.
+// Quantised activations [m][k] (ops/int8_kernels.h), rows ld bytes apart (not zeroed: every row is written
+// whole).
 struct Activations {
-    std::vector<unsigned char> p;
+    std::unique_ptr<unsigned char[]> p;
     int64_t ld = 0, nb = 0;
 
+    Activations(int64_t m, int64_t nblocks)
+        : p(new unsigned char[static_cast<size_t>(m * nblocks * i8::kI8ActBytes)]),
+          ld(nblocks * i8::kI8ActBytes),
+          nb(nblocks) {}
     // Rows [i0, i0 + rows), blocks from kb0 on.
     i8::I8Rows rows(int64_t i0, int rows, int64_t kb0) const {
         i8::I8Rows r;
-        r.p = p.data() + i0 * ld + kb0 * i8::kI8ActBytes;
+        r.p = p.get() + i0 * ld + kb0 * i8::kI8ActBytes;
         r.ld = ld;
         r.rows = rows;
         return r;
@@ -253,12 +258,9 @@ void Int8Linear::forward(const float* x, int64_t m, float* y, const float* bias,
     const QuantizeFn quantize = reference ? i8::quantize_row_ref : i8::quantize_row;
     const QuantizeActsFn quantize_acts = reference ? i8::quantize_acts_ref : i8::quantize_acts;
     num_threads();  // applies the global thread setting to this thread
-    Activations a;
-    a.nb = nb;
-    a.ld = nb * i8::kI8ActBytes;
-    a.p.resize(static_cast<size_t>(m * a.ld));
+    const Activations a(m, nb);
 #pragma omp parallel for schedule(static) if (m * k > (1 << 15))
-    for (int64_t i = 0; i < m; ++i) quantize_acts(x + i * k, k, a.p.data() + i * a.ld, p.bits != 0);
+    for (int64_t i = 0; i < m; ++i) quantize_acts(x + i * k, k, a.p.get() + i * a.ld, p.bits != 0);
     const int64_t nblocks = (n + kColBlock - 1) / kColBlock;
 #pragma omp parallel if (m * n * k > (1 << 18))
     {
@@ -286,23 +288,40 @@ void Int8Linear::forward(const float* x, int64_t m, float* y, const float* bias,
 double int8_kernel_gops(int iters, int bits) {
     // One column block's slice of k against 64 rows, as the forward calls the kernels: ~1 ms per timed run.
     constexpr int64_t m = 64, n = kColBlock, nb = kKBlocks, k = nb * kI8Block, reps = 32;
+    const auto value = [](int64_t i) { return static_cast<float>((i * 7919) % 2001 - 1000) / 1000.0f; };
+    Int8Linear::Impl w;  // the panels, packed as a layer packs them
+    w.nb = nb;
+    w.kp = k;
+    w.bits = bits;
+    Int8Linear::Providers pv;
+    if (bits)
+        pv.levels = [&](int64_t r0, int64_t nr, uint8_t* u, float* D, float* O) {
+            for (int64_t i = 0; i < nr * k; ++i) u[i] = static_cast<uint8_t>((r0 * k + i) % (1 << bits));
+            for (int64_t i = 0; i < nr * nb; ++i) D[i] = 0.01f, O[i] = -0.08f;
+        };
+    else
+        pv.rows = [&](int64_t r0, int64_t nr, float* out) {
+            for (int64_t i = 0; i < nr * k; ++i) out[i] = value(r0 * k + i);
+        };
+    w.pack_all(pv, n, k);
     const int threads = num_threads();
     double best = 0;
     std::vector<double> secs(static_cast<size_t>(threads), 0);
 #pragma omp parallel num_threads(threads)
     {
-        Activations a;
-        a.nb = nb;
-        a.ld = nb * i8::kI8ActBytes;
-        a.p.assign(static_cast<size_t>(m * a.ld), 3);
-        const int64_t panel_bytes = nb * (bits ? kU8PanelBlockBytes : kI8PanelBlockBytes);
-        std::vector<unsigned char> panels(static_cast<size_t>((n / kI8Cols) * panel_bytes), 5);
+        const std::vector<unsigned char> panels = w.packed;  // each thread's own copy, in its core's cache
+        const Activations a(m, nb);
+        std::vector<float> x(static_cast<size_t>(k));
+        for (int64_t i = 0; i < m; ++i) {
+            for (int64_t t = 0; t < k; ++t) x[t] = value(i * 31 + t);
+            i8::quantize_acts(x.data(), k, a.p.get() + i * a.ld, bits != 0);
+        }
         std::vector<float> y(static_cast<size_t>(m * n));
         for (int it = 0; it <= iters; ++it) {
 #pragma omp barrier
             const double t0 = omp_get_wtime();
             for (int64_t rep = 0; rep < reps; ++rep)
-                column_block(a, m, panels.data(), panel_bytes, bits, n, y.data(), n, false);
+                column_block(a, m, panels.data(), w.panel_bytes(), bits, n, y.data(), n, false);
             const double dt = omp_get_wtime() - t0;
             secs[static_cast<size_t>(omp_get_thread_num())] = dt;
 #pragma omp barrier

@@ -67,15 +67,15 @@ struct I8Tile {
 void panel_block(const I8Rows& x, const I8Tile& t);
 void panel_block_ref(const I8Rows& x, const I8Tile& t);
 
-// Level panels (bits: 4 or 5): per block two fused multiply-adds, S * (D[b][c] * s[r][b]) then
-// O[b][c] * ssum[r][b], S = sum_t q[r][t] u[c][t]; x quantised with levels = true.
+// Level panels (bits: 4 or 5): per block two fused multiply-adds, S * (D[b][c] * s[r][b]) then O[b][c] times
+// the block's s * sum word, S = sum_t q[r][t] u[c][t]; x quantised with levels = true.
 void panel_block_u(const I8Rows& x, const I8Tile& t, int bits);
 void panel_block_u_ref(const I8Rows& x, const I8Tile& t, int bits);
 
 // The extension the panel kernels use besides the Highway target on this CPU under CLEF_MAX_ISA: "dotprod" on
 // aarch64 with FEAT_DotProd (whatever target is dispatched); on x86 "avx512-vnni" (512-bit vpdpbusd) while an
 // AVX-512 target is dispatched on a CPU with AVX512-VNNI, "avx-vnni" (256-bit VEX vpdpbusd) while the AVX2
-// target is dispatched on one with AVX-VNNI; else "" (the AVX2 or AVX-512BW kernels, or the twins).
+// target is dispatched on one with AVX-VNNI; else "" (the AVX2 kernels on either target, or the twins).
 // last_kernel_extension: the one the last panel_block / panel_block_u call used (tests).
 const char* kernel_extension();
 const char* last_kernel_extension();
