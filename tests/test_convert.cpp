@@ -11,6 +11,8 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "decision/engine.h"
 #include "decision/prompt.h"
@@ -19,6 +21,7 @@
 #include "io/gguf.h"
 #include "io/safetensors.h"
 #include "model/backbone.h"
+#include "model/gguf_keys.h"
 #include "model/gguf_model.h"
 #include "ops/basic.h"
 #include "ops/gemm.h"
@@ -187,6 +190,74 @@ TEST(Convert, TransformsFollowTheirDefinitions) {
     EXPECT_EQ(f.get_string("general.architecture"), "clef");
     EXPECT_EQ(f.get_string("tokenizer.ggml.pre"), "qwen35");
     EXPECT_EQ(f.get_uint("clef.decision.routing_block_count"), 2u);
+}
+
+// The hyperparameters a converted file carries: llama.cpp's qwen35 keys (llama-arch.cpp's LLM_KV_* names,
+// spelled here) and clef's head keys, their values computed here from config.json and joint_head_config.json,
+// and no other key under the architecture prefix (the writer walks model/gguf_keys.cpp's table).
+TEST(Convert, MetadataKeysAreLlamaCppsFromTheConfigs) {
+    const GgufFile f = GgufFile::open(converted("q8_0"));
+    std::ifstream config_file(kModel + "/config.json"), head_file(kModel + "/joint_head_config.json");
+    const nlohmann::json c = nlohmann::json::parse(config_file)["text_config"];
+    const nlohmann::json h = nlohmann::json::parse(head_file);
+    const nlohmann::json& rope = c["rope_parameters"];
+    const int64_t hd = c["head_dim"], hv = c["linear_num_value_heads"], dv = c["linear_value_head_dim"];
+    const std::map<std::string, int64_t> ints = {
+        {"block_count", c["num_hidden_layers"]},
+        {"context_length", c["max_position_embeddings"]},
+        {"embedding_length", c["hidden_size"]},
+        {"feed_forward_length", c["intermediate_size"]},
+        {"attention.head_count", c["num_attention_heads"]},
+        {"attention.head_count_kv", c["num_key_value_heads"]},
+        {"attention.key_length", hd},
+        {"attention.value_length", hd},
+        {"rope.dimension_count", std::lround(hd * rope["partial_rotary_factor"].get<double>())},
+        {"full_attention_interval", c["full_attention_interval"]},
+        {"ssm.conv_kernel", c["linear_conv_kernel_dim"]},
+        {"ssm.state_size", c["linear_key_head_dim"]},
+        {"ssm.group_count", c["linear_num_key_heads"]},
+        {"ssm.time_step_rank", hv},
+        {"ssm.inner_size", hv * dv},
+        {"decision.routing_block_count", h["routing_layers"]},
+        {"decision.block_count", h["layers"]},
+        {"decision.head_count", h["heads"]},
+        {"decision.embedding_length", h["width"]},
+        {"decision.feed_forward_length", h["feedforward"]}};
+    for (const auto& [key, v] : ints) EXPECT_EQ(f.get_int("clef." + key), v) << key;
+    EXPECT_EQ(f.get_float("clef.attention.layer_norm_rms_epsilon"),
+              static_cast<float>(c["rms_norm_eps"].get<double>()));
+    EXPECT_EQ(f.get_float("clef.rope.freq_base"), static_cast<float>(rope["rope_theta"].get<double>()));
+    std::vector<int64_t> sections = rope["mrope_section"].get<std::vector<int64_t>>();
+    sections.push_back(0);  // llama.cpp reads four
+    EXPECT_EQ(f.get_int_array("clef.rope.dimension_sections"), sections);
+    EXPECT_EQ(f.get_string("clef.decision.type"), "clef");
+    EXPECT_EQ(f.get_float("clef.attention.layer_norm_epsilon"), 1e-5f);  // torch.nn.LayerNorm's
+    size_t under_prefix = 0;
+    for (const GgufKeyValue& kv : f.metadata()) under_prefix += kv.key.starts_with("clef.");
+    EXPECT_EQ(under_prefix, ints.size() + 5);
+}
+
+// Every row of the metadata tables gives a value of the type it names (the conditional rows too: a yarn
+// scaling with its own attention factor, a sigmoid gate), and no name is in them twice.
+TEST(Convert, MetadataTableRowsHoldTheirTypes) {
+    ModelDirConfig cfg = load_model_dir_config(locate_model_dir(kModel));
+    TextConfig& t = cfg.model.text;
+    t.rope_scaling.type = ops::RopeType::Yarn;
+    t.rope_scaling.factor = 4;
+    t.rope_scaling.original_max = 65536;
+    t.rope_scaling.attention_factor = 1.3;
+    t.gdn_norm_gate = ops::NormGate::Sigmoid;
+    std::set<std::string> names;
+    auto check = [&](const auto& keys, const auto& config) {
+        for (const auto& k : keys) {
+            EXPECT_TRUE(names.insert(k.name).second) << k.name;
+            const std::optional<GgufMetaValue> v = k.value(config);
+            ASSERT_TRUE(v.has_value()) << k.name;
+            EXPECT_EQ(v->index(), static_cast<size_t>(k.type)) << k.name;
+        }
+    };
+    check(gguf_text_keys(), t);
+    check(gguf_head_keys(), *cfg.head);
 }
 
 TEST(Convert, TokenizerRoundTrip) {

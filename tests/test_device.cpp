@@ -6,6 +6,7 @@
 // layer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,7 +28,7 @@ namespace {
 // What crossed the seam, by kind.
 struct Counts {
     std::map<std::string, int> kernels;
-    int uploads = 0, downloads = 0, streams = 0, matrices = 0, vectors = 0;
+    int uploads = 0, downloads = 0, fetches = 0, streams = 0, matrices = 0, vectors = 0, buffers = 0;
 };
 
 // A stream that forwards to the CPU device's and counts.
@@ -38,6 +39,8 @@ public:
     dev::Tensor scratch(int64_t n, dev::Elem e) override { return s_->scratch(n, e); }
     void upload(dev::Span dst, const void* src) override { ++c_.uploads, s_->upload(dst, src); }
     void download(void* dst, dev::Span src) override { ++c_.downloads, s_->download(dst, src); }
+    void fetch(void* dst, dev::Span src) override { ++c_.fetches, s_->fetch(dst, src); }
+    void zero(dev::Span dst) override { k("zero"), s_->zero(dst); }
     void sync() override { s_->sync(); }
     void linear(const dev::Matrix& w, dev::Span x, int64_t m, dev::Span y) override {
         k("linear"), s_->linear(w, x, m, y);
@@ -96,6 +99,7 @@ public:
     bool is_cpu() const override { return false; }
     std::string kind() const override { return "counting"; }
     dev::Tensor vector(std::vector<float> v) override { return ++c.vectors, dev::cpu().vector(std::move(v)); }
+    dev::Tensor buffer(int64_t n, dev::Elem e) override { return ++c.buffers, dev::cpu().buffer(n, e); }
     std::unique_ptr<dev::Matrix> matrix(const dev::MatrixSource& s) override {
         return ++c.matrices, dev::cpu().matrix(s);
     }
@@ -141,10 +145,13 @@ TEST(DeviceSeam, BackboneRunsEveryLayerThroughTheSeam) {
         counting.c = {};
         EXPECT_EQ(seam_backbone.forward(prompt, opt), cpu_backbone.forward(prompt, opt)) << reference;
         // One chunk (the prompt is shorter than a chunk): one stream, the embeddings and the RoPE tables in,
-        // the hidden states out.
+        // the hidden states out; the fresh state made on the device (zeros), nothing of it copied.
         EXPECT_EQ(counting.c.streams, 1);
         EXPECT_EQ(counting.c.uploads, 3);
         EXPECT_EQ(counting.c.downloads, 1);
+        EXPECT_EQ(counting.c.fetches, 0);
+        EXPECT_EQ(counting.c.buffers, 2 * t.cfg.num_layers);  // conv + delta, or K + V, per layer
+        EXPECT_EQ(counting.c.kernels["zero"], 2 * linear_layers);
         EXPECT_EQ(counting.c.kernels["delta_rule"], linear_layers);
         EXPECT_EQ(counting.c.kernels["attention"], attention_layers);
         EXPECT_EQ(counting.c.kernels["linear"],
@@ -168,7 +175,51 @@ TEST(DeviceSeam, ChunksCarryTheirStateThroughTheDevice) {
         EXPECT_EQ(seam_backbone.forward(prompt, opt), cpu_backbone.forward(prompt, opt)) << kv_bf16;
         EXPECT_EQ(counting.c.streams, 4);  // ceil(53 / 16) chunks, one stream each
         EXPECT_EQ(counting.c.downloads, 4);
+        // The state stays on the device from chunk to chunk: made once (the K/V cache for the whole
+        // prompt), never copied in or back; each chunk brings its embeddings and RoPE tables.
+        EXPECT_EQ(counting.c.buffers, 2 * t.cfg.num_layers);
+        EXPECT_EQ(counting.c.uploads, 4 * 3);
+        EXPECT_EQ(counting.c.fetches, 0);
     }
+}
+
+// A state on a device comes back to the host only when asked (Backbone::to_host: the state cache's
+// snapshots): the conv and delta-rule state whole and the K/V rows from the asked row on, equal to the CPU
+// backbone's state after the same prompt.
+TEST(DeviceSeam, StateComesBackToTheHostWhenAsked) {
+    Tiny t;
+    CountingDevice counting;
+    const Backbone cpu_backbone(t.cfg, t.ckpt);
+    const Backbone seam_backbone(t.cfg, t.ckpt, ops::Residency::Streamed, counting);
+    BackboneOptions opt;
+    opt.prefill_chunk = 16;
+    const std::vector<int32_t> prompt = ids(40, t.cfg.vocab_size);
+    Backbone::PrefillInput in;
+    in.T = static_cast<int64_t>(prompt.size());
+    in.ids = prompt.data();
+    BackboneState want = cpu_backbone.start(), got = seam_backbone.start();
+    const auto ignore = [](const float*, int64_t, int64_t) {};
+    cpu_backbone.prefill(want, in, opt, ignore);
+    seam_backbone.prefill(got, in, opt, ignore);
+    const int64_t kv_from = 24, kvdim = int64_t{t.cfg.num_kv_heads} * t.cfg.head_dim;
+    counting.c = {};
+    seam_backbone.to_host(got, kv_from);
+    int fetched = 0;
+    for (int l = 0; l < t.cfg.num_layers; ++l) {
+        const BackboneState::Layer &g = got.layers[l], &w = want.layers[l];
+        if (t.cfg.layer_types[l] == LayerType::LinearAttention) {
+            EXPECT_EQ(g.conv, w.conv) << l;
+            EXPECT_EQ(g.delta, w.delta) << l;
+            fetched += 2;
+            continue;
+        }
+        ASSERT_EQ(g.k.size(), w.k.size()) << l;
+        EXPECT_TRUE(std::equal(g.k.begin() + kv_from * kvdim, g.k.end(), w.k.begin() + kv_from * kvdim)) << l;
+        EXPECT_TRUE(std::equal(g.v.begin() + kv_from * kvdim, g.v.end(), w.v.begin() + kv_from * kvdim)) << l;
+        fetched += 2;
+    }
+    EXPECT_EQ(counting.c.fetches, fetched);
+    EXPECT_EQ(counting.c.streams, 1);
 }
 
 TEST(DeviceSeam, VisionTowerRunsEveryBlockThroughTheSeam) {
@@ -228,11 +279,14 @@ TEST(DeviceSeam, JointHeadRunsBothStagesThroughTheSeam) {
         EXPECT_EQ(seam_head.logits(hidden.data(), T, prompt, questions),
                   cpu_head.logits(hidden.data(), T, prompt, questions))
             << reference;
-        // Stage 1 (one block of rows) and stage 2: one stream each. The scorer's input rows go in and the
-        // normalised options, their scores and the fields come out, per question.
+        // Stage 1 (one block of rows) and stage 2: one stream each; the memory rows stay on the device (one
+        // buffer). The scorer's input rows of every question go in at once; the fields and the normalised
+        // options come out together (two copies, one wait), then the scores.
         EXPECT_EQ(counting.c.streams, 2);
-        EXPECT_EQ(counting.c.uploads, Q);
-        EXPECT_EQ(counting.c.downloads, 1 + 2 * Q);
+        EXPECT_EQ(counting.c.buffers, 1);
+        EXPECT_EQ(counting.c.uploads, 1);
+        EXPECT_EQ(counting.c.fetches, 2);
+        EXPECT_EQ(counting.c.downloads, 1);
         EXPECT_EQ(counting.c.kernels["memory_attention"], reference ? 0 : R + L);
         // LN_hidden; per routing layer query, memory and feed-forward norms; the summary norm; three per
         // field layer; the field norm; the option norm per question.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -106,6 +107,38 @@ TEST(OpsBasic, Activations) {
     const double z = 1 + std::exp(1.0) + std::exp(2.0);
     EXPECT_NEAR(s[0], 1 / z, 1e-7);
     EXPECT_NEAR(s[2], std::exp(2.0) / z, 1e-7);
+}
+
+// log_sum_exp against long-double sums of exponentials written here, against the softmax it normalises, far
+// past exp's overflow, and for no values.
+TEST(OpsBasic, LogSumExp) {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<double> u(-8.0, 8.0);
+    std::vector<double> x(200);
+    for (double& v : x) v = u(rng);
+    long double sum = 0;
+    for (double v : x) sum += std::exp(static_cast<long double>(v));
+    const double want = static_cast<double>(std::log(sum));
+    // Double terms: each exp within an ulp, 200 of them summed in double; the logarithm of a sum >= 1.
+    EXPECT_NEAR(ops::log_sum_exp(x.data(), 200), want, 1e-13);
+    // Float terms: x_i - max rounded to half an ulp of 16 (1e-6), expf within an ulp: each term within
+    // ~1.2e-6 relative, so the logarithm within 1.2e-6 absolute.
+    const std::vector<float> xf(x.begin(), x.end());
+    long double sumf = 0;
+    for (float v : xf) sumf += std::exp(static_cast<long double>(v));
+    EXPECT_NEAR(ops::log_sum_exp(xf.data(), 200), static_cast<double>(std::log(sumf)), 2e-6);
+
+    // The softmax it normalises: softmax(x)_i = exp(x_i - log_sum_exp(x)).
+    std::vector<double> p = x;
+    ops::softmax_inplace(p.data(), 200);
+    const double lse = ops::log_sum_exp(x.data(), 200);
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(std::exp(x[i] - lse), p[i], 1e-15) << i;
+
+    // Shifted by the maximum: exp(1002) overflows double, the log-normaliser does not.
+    const std::vector<double> big = {1000.0, 1001.0, 1002.0};
+    EXPECT_NEAR(ops::log_sum_exp(big.data(), 3), 1002.0 + std::log(std::exp(-2.0) + std::exp(-1.0) + 1.0),
+                1e-12);
+    EXPECT_EQ(ops::log_sum_exp(big.data(), 0), -std::numeric_limits<double>::infinity());
 }
 
 // Attention against a naive double loop: GQA grouping, causal mask, strides, scale.

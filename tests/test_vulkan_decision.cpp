@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -18,7 +19,9 @@
 #include "decision/request.h"
 #include "device/device.h"
 #include "device/vulkan.h"
+#include "image/synthetic.h"
 #include "io/gguf.h"
+#include "model/head.h"
 #include "model/serve_plan.h"
 #include "model/vision.h"
 #include "small_model.h"
@@ -106,6 +109,58 @@ TEST(VulkanDecision, TinyClefTextCases) {
     decide_fixture("tiny-clef");
 }
 
+// The decision stays on the device (issue 40, point 5): a text decision in chunks of 16 tokens, without the
+// state cache, waits for the device once per chunk and twice for the head (its two reads: the normalised
+// options with the fields, then the residual scorer), and what crosses is the inputs (the embedding rows, the
+// RoPE tables, the head's host-made features and scorer rows) and the answers (the normalised rows of the
+// question and option spans and the last row, the head's two reads): not the recurrent state, the K/V cache,
+// the hidden states or the head's memory rows, each of which alone would break the bounds.
+TEST(VulkanDecision, DecisionStaysOnTheDevice) {
+    const Engine& gpu = engine("tiny-clef", "vulkan");
+    if (gpu.device().is_cpu()) GTEST_SKIP() << "no Vulkan device on this machine";
+    const JsonValue* c = nullptr;  // the case of the longest prompt
+    for (const auto& item : cases_of("tiny-clef", "cases.json").items())
+        if (!item.find("expected_error") &&
+            (!c || item.find("input_ids")->items().size() > c->find("input_ids")->items().size()))
+            c = &item;
+    ASSERT_TRUE(c);
+    DecisionRequest req;
+    std::vector<RequestError> errors;
+    ASSERT_TRUE(clef::testing::parse_case_request(*c, req, errors));
+    DecideOptions opt;
+    opt.max_length = static_cast<int>(c->find("max_length")->as_int64());
+    opt.backbone.prefill_chunk = 16;
+    const Engine::Prepared p = gpu.prepare(req, opt);
+    const int64_t T = static_cast<int64_t>(p.prompt.input_ids.size());
+    const int64_t chunks = (T + 15) / 16;
+    ASSERT_GT(chunks, 2) << "a prompt of several chunks";
+    const dev::Transfers before = gpu.device().transfers();
+    const Decision d = gpu.run(p, opt);
+    const dev::Transfers after = gpu.device().transfers();
+    const int64_t H = gpu.config().text.hidden_size, rot = gpu.config().text.rotary_dim;
+    const int64_t W = gpu.head().config().width;
+    const int64_t Q = static_cast<int64_t>(d.prompt.questions.size());
+    int64_t N = 0, span_rows = 1;  // the last row
+    for (const auto& q : d.prompt.questions) {
+        span_rows += q.span.second - q.span.first;
+        for (const auto& [b, e] : q.option_spans) span_rows += e - b, ++N;
+    }
+    const uint64_t inputs = 4 * static_cast<uint64_t>(T * H + T * rot + (2 * N + 2 * Q + 1) * H + N * 4 * W);
+    const uint64_t answers = 4 * static_cast<uint64_t>(span_rows * H + Q * W + N * W + N);
+    EXPECT_LE(after.syncs - before.syncs, chunks + 2);
+    EXPECT_LE(after.up - before.up, inputs);
+    EXPECT_LE(after.down - before.down, answers);
+    EXPECT_GT(after.down - before.down, 0u);
+    std::printf(
+        "[ transfers] T=%lld, %lld chunks: %lld syncs, %llu bytes up (inputs %llu), %llu down (answers "
+        "%llu)\n",
+        static_cast<long long>(T), static_cast<long long>(chunks),
+        static_cast<long long>(after.syncs - before.syncs),
+        static_cast<unsigned long long>(after.up - before.up), static_cast<unsigned long long>(inputs),
+        static_cast<unsigned long long>(after.down - before.down), static_cast<unsigned long long>(answers));
+    EXPECT_EQ(dev::vulkan_validation_errors(), 0);
+}
+
 // Images and videos: the vision tower on the device too (its patch-embedding conv as a [out][in] matrix).
 TEST(VulkanDecision, TinyClefImageCases) {
     decide_fixture("tiny-clef", "image_cases.json", 1);
@@ -126,6 +181,58 @@ TEST(VulkanDecision, LayersSplitBetweenTheDeviceAndTheCpu) {
 
 TEST(VulkanDecision, TinyClef27Cases) {
     decide_fixture("tiny-clef27");
+}
+
+namespace {
+
+// One decision on both devices of tiny-clef: max |dp| <= 1e-4 and the same argmax per question.
+void decide_both(const DecisionRequest& req, const DecideOptions& opt) {
+    const Engine& gpu = engine("tiny-clef", "vulkan");
+    const Engine& cpu = engine("tiny-clef", "cpu");
+    const Decision want = cpu.decide(req, opt);
+    const Decision got = gpu.decide(req, opt);
+    ASSERT_EQ(got.probabilities.size(), want.probabilities.size());
+    EXPECT_LE(clef::testing::max_probability_diff(got.probabilities, want.probabilities), 1e-4);
+    for (size_t q = 0; q < want.probabilities.size(); ++q)
+        EXPECT_EQ(argmax(got.probabilities[q]), argmax(want.probabilities[q])) << "question " << q;
+}
+
+DecisionRequest request_of(const std::string& body) {
+    DecisionRequest req;
+    std::vector<RequestError> errors;
+    EXPECT_TRUE(parse_request(parse_json_or_throw(body, "request"), req, errors)) << describe_errors(errors);
+    return req;
+}
+
+}  // namespace
+
+// Long inputs on the device (issue 40): a text decision of 16,384 tokens (a state cut to the default
+// max_length) in 512-token chunks against the CPU exact path: 32 chunks of every kernel, attention over up to
+// 16k keys, the delta rule's state carried through 256 chunks of 64, each far past lavapipe's cut of a loop
+// at 65,535 iterations if a kernel looped per token or key. And the vision tower on the largest image the
+// fixture's processor allows (a 4,000 x 3,000 picture resized to its 12,288-pixel edge budget).
+TEST(VulkanDecision, LongInputs) {
+    const Engine& gpu = engine("tiny-clef", "vulkan");
+    if (gpu.device().is_cpu()) GTEST_SKIP() << "no Vulkan device on this machine";
+    std::string state;
+    for (int i = 0; state.size() < 120000; ++i)
+        state += "parcel " + std::to_string(i % 997) + " arrived late; ";
+    DecisionRequest text = request_of(R"({"model": "m", "state": ")" + state +
+                                      R"(", "questions": {"late": {"type": "noul"}, "team": {"type": "choice",
+                                      "criteria": {"billing": null, "support": null}}}})");
+    DecideOptions opt;
+    const Engine::Prepared p = gpu.prepare(text, opt);
+    EXPECT_EQ(static_cast<int64_t>(p.prompt.input_ids.size()), opt.max_length);
+    decide_both(text, opt);
+
+    DecisionRequest image = request_of(R"({"model": "m", "state": "What is shown?",
+        "questions": {"chart": {"type": "noul"}}})");
+    DecodedImage big;
+    big.rgb = synthetic_image(4000, 3000);
+    big.format = ImageFormat::Png, big.mode = "RGB", big.stored_width = 4000, big.stored_height = 3000;
+    image.decoded_images = {big};
+    decide_both(image, opt);
+    EXPECT_EQ(dev::vulkan_validation_errors(), 0);
 }
 
 namespace {

@@ -188,17 +188,48 @@ TEST(VulkanKernels, Add) {
 
 namespace {
 
+// GEMM variants (dev::force_vulkan_gemm; shape "" = the plan's own choice). Every weight type runs through
+// both kernels, the fp32 tiles as the plan picks them and the tensor-core kernel (its emulation on a device
+// without them): kernel and type decide the code that runs (the loads, the dequantisation). The tile
+// shapes and splits of K only change specialisation constants and grids: every shape, K whole and split
+// into slices, runs on BF16 weights here and on BF16 and Q4_K in LinearLargeShapes.
+struct GemmVariant {
+    const char* shape;
+    int slices;
+};
+const std::vector<GemmVariant> kPlanAndTensorCores = {{"", 0}, {"coopmat", 0}};
+const std::vector<GemmVariant> kEveryShape = {{"medium", 1}, {"large", 1}, {"small", 1},  {"coopmat", 1},
+                                              {"medium", 3}, {"small", 2}, {"coopmat", 3}};
+
+// Forces one variant for its lifetime.
+struct ForceGemm {
+    explicit ForceGemm(const GemmVariant& v) { dev::force_vulkan_gemm(v.shape, v.slices); }
+    ~ForceGemm() { dev::force_vulkan_gemm("", 0); }
+    ForceGemm(const ForceGemm&) = delete;
+    ForceGemm& operator=(const ForceGemm&) = delete;
+};
+
+std::string variant_label(const GemmVariant& v) {
+    return (*v.shape ? std::string(v.shape) : std::string("plan")) + "/" + std::to_string(v.slices) + " ";
+}
+
+// |v~ - v| for v rounded to fp16 (to nearest): 2^-11 relative in the normal range, 2^-25 absolute below it.
+double f16_err(double v) {
+    return std::max(std::abs(v) * 0x1p-11, 0x1p-25);
+}
+
 // y = x Wᵀ + b on both devices from the same weights w (fp32 values of the matrix as both devices read it)
 // and checks y. Bound: both sum the in + 1 terms x_k w_k and b in fp32 (the shader with fma, in 16-wide
-// steps; the oracle in its own order): 2 gamma_n(in + 1) (sum_k |x_k w_k| + |b|). A transposed or misaligned
-// weight read, a lost K tile or a wrong nibble gives |diff| of the order of |y| ~ sqrt(in) / 3, about 10^4
-// bounds.
+// steps or split over slices of K; the oracle in its own order): 2 gamma_n(in + 1) (sum_k |x_k w_k| + |b|).
+// The tensor-core kernel (fp16 = true) first rounds x_k and w_k to fp16: each product moves by at most
+// e_x |w| + |x| e_w + e_x e_w (f16_err), added to the bound. A transposed or misaligned weight read, a lost K
+// tile or a wrong nibble gives |diff| of the order of |y| ~ sqrt(in) / 3, about 10^4 fp32 bounds.
 // tight: the largest bound allowed relative to the outputs' scale. The worst-case sum bound grows as in^2 and
 // the outputs as sqrt(in): rows of 512 values and more (the block types' several-block rows) need 1e-2, still
-// far below the O(1) error of a misread block, row or scale.
+// far below the O(1) error of a misread block, row or scale; fp16 operands 5e-2.
 void run_linear(Tally& tally, const std::string& what, const dev::Matrix& mg, const dev::Matrix& mc,
                 const std::vector<float>& w, const std::vector<float>& bias, int64_t m, int64_t in,
-                int64_t out, double tight = 1e-3) {
+                int64_t out, double tight = 1e-3, bool fp16 = false) {
     Pair p;
     const auto x = random_values(m * in, static_cast<uint32_t>(m * 7 + in));
     const Both bx = both(p, x, 3), by = both(p, std::vector<float>(m * out, 0.f), 5);
@@ -207,14 +238,31 @@ void run_linear(Tally& tally, const std::string& what, const dev::Matrix& mg, co
     std::vector<double> bound(m * out);
     for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < out; ++j) {
-            double abs_terms = bias.empty() ? 0 : std::abs(bias[j]);
-            for (int64_t k = 0; k < in; ++k)
-                abs_terms += std::abs(static_cast<double>(x[i * in + k]) * w[j * in + k]);
-            bound[i * out + j] = 2 * gamma_n(in + 1) * abs_terms;
+            double abs_terms = bias.empty() ? 0 : std::abs(bias[j]), rounding = 0;
+            for (int64_t k = 0; k < in; ++k) {
+                const double xv = x[i * in + k], wv = w[j * in + k];
+                abs_terms += std::abs(xv * wv);
+                if (fp16)
+                    rounding +=
+                        f16_err(xv) * std::abs(wv) + std::abs(xv) * f16_err(wv) + f16_err(xv) * f16_err(wv);
+            }
+            bound[i * out + j] = 2 * gamma_n(in + 1) * (abs_terms + rounding) + rounding;
         }
     // The outputs' scale: |y| ~ sqrt(in) / 3 for x and w uniform on [-1, 1] (one output can be near 0).
-    tally.check(what + label({{"m", m}}), by.read(p, true), by.read(p, false), bound, tight,
+    tally.check(what + label({{"m", m}}), by.read(p, true), by.read(p, false), bound, fp16 ? 5e-2 : tight,
                 std::sqrt(in) / 3);
+}
+
+// run_linear under each of these GEMM variants.
+void run_linear_variants(const std::vector<GemmVariant>& variants, Tally& tally, const std::string& what,
+                         const dev::Matrix& mg, const dev::Matrix& mc, const std::vector<float>& w,
+                         const std::vector<float>& bias, int64_t m, int64_t in, int64_t out,
+                         double tight = 1e-3) {
+    for (const GemmVariant& v : variants) {
+        const ForceGemm force(v);
+        run_linear(tally, variant_label(v) + what, mg, mc, w, bias, m, in, out, tight,
+                   std::string(v.shape) == "coopmat");
+    }
 }
 
 std::vector<unsigned char> encode(DType t, const std::vector<float>& v) {
@@ -248,10 +296,10 @@ TEST(VulkanKernels, LinearFloatWeights) {
                     src.paths = dev::Paths::Reference;
                     const auto mc = dev::cpu().matrix(src);
                     for (int64_t m : {1, 5, 70})
-                        run_linear(tally,
-                                   std::string(dtype_name(dt)) +
-                                       label({{" in", in}, {"out", out}, {"bias", with_bias}}) + " ",
-                                   *mg, *mc, w, src.bias, m, in, out);
+                        run_linear_variants(dt == DType::BF16 ? kEveryShape : kPlanAndTensorCores, tally,
+                                            std::string(dtype_name(dt)) +
+                                                label({{" in", in}, {"out", out}, {"bias", with_bias}}) + " ",
+                                            *mg, *mc, w, src.bias, m, in, out);
                 }
             }
     EXPECT_EQ(dev::vulkan_validation_errors(), 0);
@@ -366,8 +414,9 @@ TEST(VulkanKernels, LinearQuantisedWeights) {
                 const auto mg = gpu().matrix(src);
                 const auto mc = cpu_matrix(w, out, in, src.bias);
                 for (int64_t m : {1, 70})
-                    run_linear(tally, name + label({{" in", in}, {"out", out}}) + " ", *mg, *mc, w, src.bias,
-                               m, in, out, 1e-2);
+                    run_linear_variants(kPlanAndTensorCores, tally,
+                                        name + label({{" in", in}, {"out", out}}) + " ", *mg, *mc, w,
+                                        src.bias, m, in, out, 1e-2);
             }
     }
     EXPECT_EQ(dev::vulkan_validation_errors(), 0);
@@ -389,8 +438,42 @@ TEST(VulkanKernels, LinearStoredColumnOrder) {
         const auto mg = gpu().matrix(src);
         const auto mc = cpu_matrix(w, out, in, {});
         for (int64_t m : {1, 9})
-            run_linear(tally, ggml_type_name(static_cast<uint32_t>(type)) + " ", *mg, *mc, w, {}, m, in, out,
-                       1e-2);
+            run_linear_variants(kPlanAndTensorCores, tally, ggml_type_name(static_cast<uint32_t>(type)) + " ",
+                                *mg, *mc, w, {}, m, in, out, 1e-2);
+    }
+    EXPECT_EQ(dev::vulkan_validation_errors(), 0);
+}
+
+// Shapes with many tiles in every direction and long K (several double-buffered steps per slice, full and
+// partial tiles), as the plan chooses them on this device and under every variant: BF16 and Q4_K weights.
+TEST(VulkanKernels, LinearLargeShapes) {
+    Tally tally("linear, large shapes");
+    const int64_t in = 1024, out = 260;
+    const std::vector<float> values = random_values(out * in, 41);
+    const std::vector<unsigned char> bf16 = encode(DType::BF16, values);
+    TensorView tv;
+    tv.name = "w", tv.dtype = DType::BF16, tv.shape = {out, in}, tv.data = bf16.data(),
+    tv.nbytes = bf16.size();
+    const auto q4 = quantised_rows(GgmlType::Q4_K, out, in, 42);
+    QuantMatrix q;
+    q.type = GgmlType::Q4_K, q.rows = out, q.cols = in, q.data = q4.data();
+    const std::vector<float> bias = random_values(out, 43);
+    for (bool quant : {false, true}) {
+        dev::MatrixSource src;
+        src.bias = bias;
+        if (quant)
+            src.quant = &q;
+        else
+            src.tensor = &tv;
+        const std::vector<float> w = quant ? bf16_weights(q) : tv.to_f32();
+        const auto mg = gpu().matrix(src);
+        const auto mc = cpu_matrix(w, out, in, bias);
+        for (int64_t m : {1, 130}) {
+            run_linear(tally, std::string(quant ? "q4_K" : "bf16") + " planned ", *mg, *mc, w, bias, m, in,
+                       out, 1e-2);
+            run_linear_variants(kEveryShape, tally, quant ? "q4_K " : "bf16 ", *mg, *mc, w, bias, m, in, out,
+                                1e-2);
+        }
     }
     EXPECT_EQ(dev::vulkan_validation_errors(), 0);
 }

@@ -172,6 +172,7 @@ void run_bench(const BenchArgs& a) {
     DecisionProfile best;
     for (int i = 0; i < a.repeat; ++i) {
         DecisionProfile p;
+        p.backbone.sync = a.profile;  // per-op times wait for the device only under --profile
         opt.profile = &p;
         engine->run(prepared, opt);
         if (total.empty() || p.total < *std::min_element(total.begin(), total.end())) best = p;

@@ -39,6 +39,8 @@ void print_text(const dev::VulkanProbe& probe) {
         fmt::print("  fp16 {}, int8 {}, 16-bit storage {}, integer dot product {}, cooperative matrix {}\n",
                    yes_no(d.fp16), yes_no(d.int8), yes_no(d.storage16), yes_no(d.int_dot),
                    yes_no(d.coop_matrix));
+        fmt::print("  --precision fp16 on tensor cores (VK_NV_cooperative_matrix): {}\n",
+                   yes_no(d.coop_matrix_nv));
         fmt::print("  subgroup size {}, shared memory {} KiB, max storage buffer {} MiB\n", d.subgroup_size,
                    d.shared_memory / 1024, d.max_storage_range >> 20);
     }
@@ -63,6 +65,7 @@ nlohmann::json to_json(const dev::VulkanProbe& probe) {
                            {"storage_16bit", d.storage16},
                            {"integer_dot_product", d.int_dot},
                            {"cooperative_matrix", d.coop_matrix},
+                           {"tensor_core_gemm", d.coop_matrix_nv},
                            {"subgroup_size", d.subgroup_size},
                            {"shared_memory_bytes", d.shared_memory},
                            {"max_storage_buffer_bytes", d.max_storage_range}});

@@ -178,10 +178,10 @@ void add_eval_command(CLI::App& app) {
            "Labelled requests: one System One body per line plus \"expected\": {question id: answer}")
         ->required();
     cmd->add_option("--compare", args->compare, "A second model: agreement, |dp| and a paired accuracy test");
-    cmd->add_option(
-        "--compare-precision", args->compare_precision,
-        "The second run's --precision (exact, bf16 or int8): alone, the same model in another precision "
-        "(e.g. --compare-precision int8: what int8 costs in answers)");
+    cmd->add_option("--compare-precision", args->compare_precision,
+                    "The second run's --precision (exact, bf16, int8 or fp16): alone, the same model in "
+                    "another precision "
+                    "(e.g. --compare-precision int8: what int8 costs in answers)");
     cmd->add_option("--report", args->report, "Directory for index.html (self-contained) and summary.json");
     cmd->add_flag(
         "--fit-temperature", args->fit,

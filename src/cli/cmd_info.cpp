@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "decision/engine.h"
+#include "device/vulkan.h"
 #include "ops/cpu.h"
 #include "ops/gemm.h"
 #include "ops/int8_gemm.h"
@@ -33,8 +34,8 @@ struct InfoOptions {
     std::string schema_tokens;
     int64_t cache_mib = -1;  // -1: as clef decide (default_state_cache_bytes)
     bool kv_bf16 = false;
-    std::string device = "cpu";  // --device cpu|vulkan: vulkan adds the device's part of the plan
-    int gpu_layers = -1;         // with --device vulkan: the backbone layers on it (-1: all)
+    std::string device = kDefaultDevice;  // a Vulkan device adds its part of the plan (device_in_plan)
+    int gpu_layers = -1;                  // with a Vulkan device: the backbone layers on it (-1: all)
     bool json = false;
 };
 
@@ -52,13 +53,21 @@ int64_t parse_tokens(const std::string& name, const std::string& text) {
     return v;
 }
 
+// Whether the memory plan has a device part for --device `spec`: vulkan and vulkan:N plan for a Vulkan device
+// on paper (this machine need not have it), auto for the device clef decide would pick here, cpu for none.
+bool device_in_plan(const std::string& spec) {
+    const dev::DeviceSpec s = dev::parse_device_spec(spec);
+    if (s.kind == dev::DeviceSpec::Kind::Auto) return dev::choose_device(spec, dev::probe_vulkan()).vulkan;
+    return s.kind == dev::DeviceSpec::Kind::Vulkan;
+}
+
 // The plan's input for --tokens: the engine's defaults (decision/engine.h) and this machine's GEMM backend.
 MemoryPlanInput plan_input(const InfoOptions& opt) {
     MemoryPlanInput in = machine_plan_input(parse_tokens("--tokens", *opt.tokens));
     if (!opt.schema_tokens.empty()) in.schema_tokens = parse_tokens("--schema-tokens", opt.schema_tokens);
     in.schema_tokens = std::min(in.schema_tokens, in.tokens);
     in.backbone.kv_bf16 = opt.kv_bf16;
-    in.device = opt.device == "vulkan";
+    in.device = device_in_plan(opt.device);
     in.device_layers = opt.gpu_layers;
     in.cache_bytes =
         opt.cache_mib < 0 ? default_state_cache_bytes() : static_cast<uint64_t>(opt.cache_mib) << 20;
@@ -160,12 +169,11 @@ void add_info_command(CLI::App& app) {
                     "Memory plan: the state cache budget in MiB (0 = off; default: as clef decide)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
     add_kv_type_option(cmd, opt->kv_bf16);
-    cmd->add_option("--device", opt->device,
-                    "Memory plan: cpu, or vulkan to add what the model and a decision take on a GPU")
-        ->check(CLI::IsMember({"cpu", "vulkan"}))
-        ->capture_default_str();
+    add_device_option(cmd, opt->device,
+                      "; the memory plan adds what the model and a decision take on a Vulkan device (vulkan, "
+                      "vulkan:N: on paper, whether this machine has it or not)");
     cmd->add_option("--gpu-layers", opt->gpu_layers,
-                    "Memory plan with --device vulkan: the backbone layers on the GPU (default: all)")
+                    "Memory plan on a Vulkan device: the backbone layers on it (default: all)")
         ->check(CLI::Range(0, 4096));
     cmd->add_flag("--json", opt->json, "Print a JSON object instead of the text summary");
     cmd->callback([opt, model, config]() {

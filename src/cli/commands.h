@@ -13,6 +13,15 @@ class App;
 
 namespace clef {
 
+// The --device of every command that loads or plans a model (decide, batch, eval, serve, bench, info): the
+// GPU when there is one, else the CPU. The commands' one default: a person running clef gets the machine's
+// GPU without asking. (A program that loads an Engine itself gets LoadOptions' "cpu", decision/engine.h: the
+// tests and benches compare against the CPU's results.)
+inline constexpr const char* kDefaultDevice = "auto";
+// --device on a command, parsed by device/vulkan.h parse_device_spec where it is used; `more`, appended to
+// the help, says what the command does with it.
+void add_device_option(CLI::App* cmd, std::string& device, const std::string& more = "");
+
 // How decide, bench and serve load a model beyond its path: --head (the joint head of a qwen35 GGUF),
 // --mmproj (a GGUF's vision tower, llama.cpp's mmproj file), --unpack-weights (a GGUF's quantised
 // projections unpacked to bf16 at load instead of streamed) and --file (which files of a Hub repository).
@@ -21,10 +30,10 @@ struct LoadArgs {
     std::vector<std::string> files;
     std::string mmproj;
     bool unpack = false;
-    int64_t cache_mib = -1;       // --cache-mib; -1: the command's default
-    std::string device = "auto";  // --device auto|cpu|vulkan[:N]
-    int gpu_layers = -1;          // --gpu-layers N; -1: as many as fit
-    uint64_t gpu_memory = 0;      // --gpu-memory SIZE; 0: the device's memory less 10 %
+    int64_t cache_mib = -1;               // --cache-mib; -1: the command's default
+    std::string device = kDefaultDevice;  // --device auto|cpu|vulkan[:N]
+    int gpu_layers = -1;                  // --gpu-layers N; -1: as many as fit
+    uint64_t gpu_memory = 0;              // --gpu-memory SIZE; 0: the device's memory less 10 %
     // `main`: the precision the command decides in (it picks the weight layout: ops::default_gemm_plan).
     // default_cache_bytes: the state cache's budget without --cache-mib (serve sizes it from free memory).
     LoadOptions options(ops::Precision main = ops::Precision::Exact, uint64_t default_cache_bytes = 0) const;
@@ -47,7 +56,7 @@ struct DecisionArgs {
 void add_decision_options(CLI::App* cmd, DecisionArgs& args);
 // --kv-type f32|bf16 on a command (decide, batch, eval, serve, bench, info): sets kv_bf16.
 void add_kv_type_option(CLI::App* cmd, bool& kv_bf16);
-// --precision (exact, bf16 or int8) into `precision`.
+// --precision (exact, bf16, int8 or fp16) into `precision`.
 void add_precision_option(CLI::App* cmd, std::string& precision);
 // The option's value as a Precision; clef::Error for anything else.
 ops::Precision precision_option(const std::string& s);

@@ -58,6 +58,16 @@ LoadOptions LoadArgs::options(ops::Precision main, uint64_t default_cache_bytes)
     return o;
 }
 
+void add_device_option(CLI::App* cmd, std::string& device, const std::string& more) {
+    cmd->add_option(
+           "--device", device,
+           "Where the model runs: auto (a discrete or integrated GPU through Vulkan when there is one, "
+           "else the CPU), cpu, vulkan (the best Vulkan device, CPU-type ones included) or vulkan:N "
+           "(clef devices lists them)" +
+               more)
+        ->capture_default_str();
+}
+
 void add_load_options(CLI::App* cmd, LoadArgs& args) {
     cmd->add_option("--head", args.head, "Joint head directory for a qwen35 (backbone-only) GGUF");
     cmd->add_option("--mmproj", args.mmproj,
@@ -69,12 +79,7 @@ void add_load_options(CLI::App* cmd, LoadArgs& args) {
                     "State cache budget in MiB: prompt prefixes up to the end of the state, resumed by later "
                     "decisions (0 = off; serve's default: a quarter of the available memory, at most 8 GiB)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-    cmd->add_option(
-           "--device", args.device,
-           "Where the model runs: auto (a discrete or integrated GPU through Vulkan when there is one, "
-           "else the CPU), cpu, vulkan (the best Vulkan device, CPU-type ones included) or vulkan:N "
-           "(clef devices lists them)")
-        ->capture_default_str();
+    add_device_option(cmd, args.device);
     cmd->add_option(
            "--gpu-layers", args.gpu_layers,
            "On a Vulkan device: the backbone layers it holds, the first ones (the others run on the CPU "
@@ -110,14 +115,15 @@ DecideOptions DecisionArgs::options() const {
 
 ops::Precision precision_option(const std::string& s) {
     ops::Precision p;
-    if (!parse_precision(s, p)) throw Error("--precision: expected exact, bf16 or int8, got '" + s + "'");
+    if (!parse_precision(s, p))
+        throw Error("--precision: expected exact, bf16, int8 or fp16, got '" + s + "'");
     return p;
 }
 
 void add_precision_option(CLI::App* cmd, std::string& precision) {
     cmd->add_option("--precision", precision,
-                    "Projection activations: exact (fp32-accurate), bf16 or int8 (faster, small deviations: "
-                    "docs/PERFORMANCE.md)")
+                    "Projection activations: exact (fp32-accurate), bf16 or int8 (faster on the CPU, small "
+                    "deviations: docs/PERFORMANCE.md), fp16 (tensor cores of a Vulkan GPU: docs/GPU.md)")
         ->capture_default_str();
 }
 

@@ -282,6 +282,9 @@ struct DecisionTask::State {
     size_t next_stop = 0;
     std::vector<float> x_all;  // [T][hidden], only while image pads remain to be run
     std::unique_ptr<Backbone::Prefill> prefill;
+    // Where the backbone's last layer and the head share a device other than the CPU, each chunk's rows stay
+    // there and go to the head's features in the chunk's own stream (Backbone::DeviceRowSink).
+    Backbone::DeviceRowSink on_device;
     double backbone_s = 0, sink_s = 0;
     bool finished = false;
 
@@ -313,7 +316,8 @@ void DecisionTask::step() {
     if (s.finished) return;
     if (!s.prefill->done()) {
         const auto tb = Clock::now();
-        s.prefill->step([&s](const float* rows, int64_t n, int64_t t0) { s.sink(rows, n, t0); });
+        s.prefill->step([&s](const float* rows, int64_t n, int64_t t0) { s.sink(rows, n, t0); },
+                        s.on_device ? &s.on_device : nullptr);
         s.backbone_s += seconds_since(tb);
         if (!s.prefill->done()) return;
     }
@@ -362,16 +366,23 @@ void DecisionTask::State::begin() {
     in.stops.assign(plan.stops.begin() + static_cast<std::ptrdiff_t>(next_stop), plan.stops.end());
     prefill = std::make_unique<Backbone::Prefill>(*e.backbone_, resume.state, std::move(in), opt.backbone,
                                                   opt.profile ? &opt.profile->backbone : nullptr);
+    dev::Device& out = e.backbone_->output_device();
+    if (!keep_hidden && !out.is_cpu() && &e.head_->device() == &out)
+        on_device = [this](dev::Stream& s, dev::Span rows, int64_t n, int64_t) {
+            builder->add_device_rows(s, rows, n);
+        };
 }
 
 // A chunk's last hidden states: to the head's features, and to the state cache at a stop.
 void DecisionTask::State::sink(const float* rows, int64_t n, int64_t t0) {
     const auto th = Clock::now();
-    builder->add_rows(rows, n);
+    if (rows) builder->add_rows(rows, n);  // else on_device queued them
     const int64_t H = e.backbone_->config().hidden_size;
     if (keep_hidden) std::copy_n(rows, n * H, d.last_hidden_state.data() + t0 * H);
     if (cache && next_stop < plan.stops.size() && plan.stops[next_stop] == t0 + n) {
         const int64_t begin = next_stop ? plan.stops[next_stop - 1] : 0;
+        e.backbone_->to_host(resume.state,
+                             begin);  // a device's state back for the snapshot: the stretch's rows
         cache->put(plan, next_stop++, d.prompt.input_ids, resume.state, builder->memory_rows(begin),
                    e.head_->config().width);
     }

@@ -78,7 +78,9 @@ struct LoadOptions {
     std::string mmproj;
     // Where the model runs: cpu, auto, vulkan or vulkan:N (device/vulkan.h choose_device). Where the spec
     // cannot be met (no Vulkan loader or device, a device that does not open) the CPU runs: auto quietly, an
-    // explicit vulkan spec with one line on stderr saying why (Engine::open_device).
+    // explicit vulkan spec with one line on stderr saying why (Engine::open_device). A program that does not
+    // choose (the tests, the benches) runs on the CPU, whose results it compares with; every command a person
+    // runs passes its --device, whose default is the CLI's (cli/commands.h kDefaultDevice).
     std::string device = "cpu";
     // With a Vulkan device: how many backbone layers go on it (the first ones; the others run on the CPU in
     // the same decision); -1: as many as the device memory plan (model/memory_plan.h plan_device) fits in

@@ -130,25 +130,44 @@ Step parse_noul_options(const Criteria& c, Validator& v, Question& q) {
     return Step::Ok;
 }
 
-Step parse_choice_options(const Criteria& c, Validator& v, Question& q) {
+// What a choice's or a score's criteria must be: a dictionary of choices or a list of levels, not empty and
+// at most `limit` long. The error over the limit reads "<too_many> <limit> <unit>.".
+struct CriteriaShape {
+    bool dictionary;
+    size_t limit;
+    const char* too_many;  // "Too many choices. Must have at most"
+    const char* unit;      // "choices"
+};
+
+// The checks a choice's and a score's criteria share: present (validation error "missing"), a dictionary or a
+// list (validation error), not empty and not over the limit (400 usage errors). Step::Ok when they hold.
+Step check_criteria(const Criteria& c, Validator& v, const CriteriaShape& s) {
     if (!c.value) {
         v.validation("missing", c.loc(), "Field required");
         return Step::Invalid;
     }
-    if (!c.value->is_object()) {
-        v.validation("dict_type", c.loc(), "Input should be a valid dictionary");
+    if (s.dictionary ? !c.value->is_object() : !c.value->is_array()) {
+        v.validation(s.dictionary ? "dict_type" : "list_type", c.loc(),
+                     s.dictionary ? "Input should be a valid dictionary" : "Input should be a valid list");
         return Step::Invalid;
     }
-    const auto& members = c.value->members();
-    if (members.empty()) {
+    const size_t n = s.dictionary ? c.value->members().size() : c.value->items().size();
+    if (n == 0) {
         v.usage(c.qid + ": criteria must not be empty");
         return Step::Stop;
     }
-    if (members.size() > v.limits.max_options) {
-        v.usage("Too many choices. Must have at most " + std::to_string(v.limits.max_options) + " choices.");
+    if (n > s.limit) {
+        v.usage(std::string(s.too_many) + " " + std::to_string(s.limit) + " " + s.unit + ".");
         return Step::Stop;
     }
-    for (const auto& [label, desc] : members) {
+    return Step::Ok;
+}
+
+Step parse_choice_options(const Criteria& c, Validator& v, Question& q) {
+    const Step checked =
+        check_criteria(c, v, {true, v.limits.max_options, "Too many choices. Must have at most", "choices"});
+    if (checked != Step::Ok) return checked;
+    for (const auto& [label, desc] : c.value->members()) {
         q.options.push_back(make_option(label, &desc));
         q.answer_order.push_back(label);
     }
@@ -159,24 +178,10 @@ Step parse_choice_options(const Criteria& c, Validator& v, Question& q) {
 }
 
 Step parse_score_options(const Criteria& c, Validator& v, Question& q) {
-    if (!c.value) {
-        v.validation("missing", c.loc(), "Field required");
-        return Step::Invalid;
-    }
-    if (!c.value->is_array()) {
-        v.validation("list_type", c.loc(), "Input should be a valid list");
-        return Step::Invalid;
-    }
+    const Step checked = check_criteria(
+        c, v, {false, v.limits.max_levels, "Too many score levels. Must have at most", "levels"});
+    if (checked != Step::Ok) return checked;
     const auto& levels = c.value->items();
-    if (levels.empty()) {
-        v.usage(c.qid + ": criteria must not be empty");
-        return Step::Stop;
-    }
-    if (levels.size() > v.limits.max_levels) {
-        v.usage("Too many score levels. Must have at most " + std::to_string(v.limits.max_levels) +
-                " levels.");
-        return Step::Stop;
-    }
     for (size_t i = 0; i < levels.size(); ++i) {
         q.options.push_back(make_option(std::to_string(i), &levels[i]));
         q.answer_order.push_back(std::to_string(i));

@@ -92,6 +92,10 @@ public:
     void download(void* dst, Span src) override {
         if (src.n > 0) std::memcpy(dst, src.host(), static_cast<size_t>(src.n) * elem_bytes(src.elem));
     }
+    void fetch(void* dst, Span src) override { download(dst, src); }
+    void zero(Span dst) override {
+        if (dst.n > 0) std::memset(dst.host(), 0, static_cast<size_t>(dst.n) * elem_bytes(dst.elem));
+    }
     void sync() override {}
 
     void linear(const Matrix& w, Span x, int64_t m, Span y) override {
@@ -248,6 +252,7 @@ public:
         std::copy(v.begin(), v.end(), t.f32());
         return t;
     }
+    Tensor buffer(int64_t n, Elem e) override { return host_tensor(n, e); }
     std::unique_ptr<Matrix> matrix(const MatrixSource& s) override {
         const LinearPath path = s.paths == Paths::Fast        ? LinearPath::Fast
                                 : s.paths == Paths::Reference ? LinearPath::Reference

@@ -144,9 +144,14 @@ public:
 
     // Memory for this run's activations (n elements; contents undefined).
     virtual Tensor scratch(int64_t n, Elem e = Elem::F32) = 0;
-    // Host data in and out of device spans (dst.n / src.n elements). download() waits for the work before it.
+    // Host data in and out of device spans (dst.n / src.n elements). download() waits for the work before it;
+    // fetch() does not: dst receives the values at the stream's next sync (or download), so several copies
+    // back cost one wait.
     virtual void upload(Span dst, const void* src) = 0;
     virtual void download(void* dst, Span src) = 0;
+    virtual void fetch(void* dst, Span src) = 0;
+    // dst = 0 (an F32 span, or a BF16 span of whole 32-bit words).
+    virtual void zero(Span dst) = 0;
     // An F32 span's values on the host (a download into a new vector: traces, host-side scoring).
     std::vector<float> read(Span src) {
         std::vector<float> v(static_cast<size_t>(src.n));
@@ -227,6 +232,13 @@ struct DeviceMemory {
     uint64_t used = 0;
 };
 
+// What crossed between the host and a device since it was opened (Device::transfers): the host's waits for
+// the device (submissions it waited for) and the bytes copied each way. The CPU device counts none.
+struct Transfers {
+    int64_t syncs = 0;
+    uint64_t up = 0, down = 0;
+};
+
 // A device: where buffers live and kernels run.
 class Device {
 public:
@@ -242,6 +254,11 @@ public:
     virtual std::map<std::string, KernelTime> kernel_times() const { return {}; }
     // A weight vector (norms, biases, decays), copied to the device.
     virtual Tensor vector(std::vector<float> v) = 0;
+    // Memory that outlives streams, for what a model part keeps on the device from one stream to the next
+    // (the backbone's recurrent state and K/V cache over a decision's chunks): n elements, undefined until a
+    // stream uploads or writes them.
+    virtual Tensor buffer(int64_t n, Elem e = Elem::F32) = 0;
+    virtual Transfers transfers() const { return {}; }
     // A weight matrix (src.paths: which paths of a CPU stream can run it).
     virtual std::unique_ptr<Matrix> matrix(const MatrixSource& src) = 0;
     // A host array as a span of this device for the duration of a run: the CPU device's is the array itself;

@@ -205,8 +205,4 @@ void Linear::reference_rows(const float* x, int64_t m, float* y,
     }
 }
 
-void LayerNorm::forward(const float* x, int64_t rows, float* y, float eps) const {
-    ops::layer_norm_fast(x, rows, static_cast<int64_t>(weight.size()), weight.data(), bias.data(), eps, y);
-}
-
 }  // namespace clef

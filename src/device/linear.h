@@ -82,12 +82,4 @@ private:
     ops::Int8Linear int8_;
 };
 
-// A torch.nn.LayerNorm over rows of weight.size() values with affine weight and bias (the vision tower's and
-// the joint head's): ops::layer_norm_fast, the reference's arithmetic per row with rows on the kernel
-// threads.
-struct LayerNorm {
-    std::vector<float> weight, bias;
-    void forward(const float* x, int64_t rows, float* y, float eps = 1e-5f) const;  // torch's default eps
-};
-
 }  // namespace clef

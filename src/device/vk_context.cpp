@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <set>
 
 #include "device/device.h"
 #include "device/vk_shaders.h"
@@ -58,6 +60,39 @@ bool validation_asked() {
 }
 
 }  // namespace
+
+uint32_t writable_bindings(const uint32_t* words, size_t count) {
+    constexpr uint32_t kTypePointer = 32, kVariable = 59, kDecorate = 71, kMemberDecorate = 72;
+    constexpr uint32_t kNonWritable = 24, kBinding = 33;
+    std::map<uint32_t, uint32_t> binding, pointee,
+        var_type;                                     // id -> binding; pointer -> type; var -> pointer
+    std::set<uint32_t> readonly;                      // variables or block types
+    std::map<uint32_t, std::pair<int, int>> members;  // block type -> (members, read-only members)
+    for (size_t i = 5; i < count;) {
+        const uint32_t op = words[i] & 0xffff, n = words[i] >> 16;
+        if (n == 0 || i + n > count) break;
+        const uint32_t* a = words + i + 1;
+        if (op == kDecorate && n >= 3 && a[1] == kBinding && n >= 4) binding[a[0]] = a[2];
+        if (op == kDecorate && n >= 3 && a[1] == kNonWritable) readonly.insert(a[0]);
+        if (op == kMemberDecorate && n >= 4) {
+            auto& m = members[a[0]];
+            m.first = std::max<int>(m.first, static_cast<int>(a[1]) + 1);
+            if (a[2] == kNonWritable) ++m.second;
+        }
+        if (op == kTypePointer && n >= 4) pointee[a[0]] = a[2];
+        if (op == kVariable && n >= 4) var_type[a[1]] = a[0];
+        i += n;
+    }
+    uint32_t mask = 0;
+    for (const auto& [var, b] : binding) {
+        const auto t = var_type.find(var);
+        const uint32_t block = t != var_type.end() && pointee.count(t->second) ? pointee[t->second] : 0;
+        const auto m = members.find(block);
+        const bool ro = readonly.count(var) || (m != members.end() && m->second.second >= m->second.first);
+        if (!ro && b < 32) mask |= 1u << b;
+    }
+    return mask;
+}
 
 Alloc::~Alloc() {
     if (!ctx) return;
@@ -128,11 +163,26 @@ void Context::create_device(int index) {
     VkDeviceQueueCreateInfo q{};
     q.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
     q.queueFamilyIndex = queue_family_, q.queueCount = 1, q.pQueuePriorities = &prio;
-    const char* ext = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
+    // The features the kernels use where the device has them (device/vulkan.h VulkanDeviceInfo): fp16
+    // arithmetic (the tensor-core GEMM's tiles, linear_cm.comp) and, for its NV variant, the cooperative
+    // matrices and the Vulkan memory model.
+    std::vector<const char*> ext = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{};
+    coop.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
+    VkPhysicalDeviceVulkan12Features f12{};
+    f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+    f12.shaderFloat16 = info_.fp16;
+    if (info_.coop_matrix_nv) {
+        ext.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+        coop.cooperativeMatrix = VK_TRUE;
+        f12.vulkanMemoryModel = VK_TRUE;
+        f12.pNext = &coop;
+    }
     VkDeviceCreateInfo ci{};
     ci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
+    ci.pNext = &f12;
     ci.queueCreateInfoCount = 1, ci.pQueueCreateInfos = &q;
-    ci.enabledExtensionCount = 1, ci.ppEnabledExtensionNames = &ext;
+    ci.enabledExtensionCount = static_cast<uint32_t>(ext.size()), ci.ppEnabledExtensionNames = ext.data();
     check(vkCreateDevice(pd_, &ci, nullptr, &dev_), "device (push descriptors)");
     // No volkLoadDevice: it points volk's global entry points straight at this device's driver, and a second
     // Context (another device, or the same one opened again) would then call into the first one's, freed
@@ -169,20 +219,24 @@ void Context::release() {
     inst_ = VK_NULL_HANDLE;
 }
 
-uint32_t Context::memory_type(uint32_t bits, bool host_visible) const {
-    const VkMemoryPropertyFlags want =
-        host_visible ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
-                     : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
-    for (uint32_t i = 0; i < mem_.memoryTypeCount; ++i)
-        if ((bits & (1u << i)) && (mem_.memoryTypes[i].propertyFlags & want) == want) return i;
-    if (!host_visible)  // no device-local type: any type the buffer allows
+uint32_t Context::memory_type(uint32_t bits, Memory where) const {
+    constexpr VkMemoryPropertyFlags kVisible =
+        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    // In order of preference: readback staging wants host-cached memory, else any coherent host-visible type.
+    std::vector<VkMemoryPropertyFlags> wants;
+    if (where == Memory::Device)
+        wants = {VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0};  // 0: any type the buffer allows
+    if (where == Memory::Readback) wants.push_back(kVisible | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+    if (where != Memory::Device) wants.push_back(kVisible);
+    for (VkMemoryPropertyFlags want : wants)
         for (uint32_t i = 0; i < mem_.memoryTypeCount; ++i)
-            if (bits & (1u << i)) return i;
+            if ((bits & (1u << i)) && (mem_.memoryTypes[i].propertyFlags & want) == want) return i;
     throw Error(fmt::format("vulkan: {} has no {} memory for buffers", info_.name,
-                            host_visible ? "host-visible" : "device"));
+                            where == Memory::Device ? "device" : "host-visible"));
 }
 
-std::shared_ptr<Alloc> Context::alloc(uint64_t bytes, bool host_visible) {
+std::shared_ptr<Alloc> Context::alloc(uint64_t bytes, Memory where) {
+    const bool host_visible = where != Memory::Device;
     auto a = std::make_shared<Alloc>();
     a->ctx = this;
     // Whole 32-bit words: the kernels read buffers as arrays of uint or float, whose length is the buffer's
@@ -206,7 +260,7 @@ std::shared_ptr<Alloc> Context::alloc(uint64_t bytes, bool host_visible) {
     VkMemoryAllocateInfo ai{};
     ai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
     ai.allocationSize = req.size;
-    ai.memoryTypeIndex = memory_type(req.memoryTypeBits, host_visible);
+    ai.memoryTypeIndex = memory_type(req.memoryTypeBits, where);
     check(vkAllocateMemory(dev_, &ai, nullptr, &a->mem), fmt::format("{} bytes", req.size).c_str());
     check(vkBindBufferMemory(dev_, a->buf, a->mem, 0), "binding buffer memory");
     if (host_visible) check(vkMapMemory(dev_, a->mem, 0, VK_WHOLE_SIZE, 0, &a->mapped), "mapping memory");
@@ -217,9 +271,12 @@ std::shared_ptr<Alloc> Context::alloc(uint64_t bytes, bool host_visible) {
     return a;
 }
 
-const Pipeline& Context::pipeline(const std::string& name, uint32_t bindings) {
+const Pipeline& Context::pipeline(const std::string& name, uint32_t bindings,
+                                  const std::vector<uint32_t>& constants) {
+    std::string key = name;
+    for (uint32_t c : constants) key += fmt::format("/{}", c);
     std::lock_guard<std::mutex> lk(pipe_mu_);
-    if (auto it = pipelines_.find(name); it != pipelines_.end()) return it->second;
+    if (auto it = pipelines_.find(key); it != pipelines_.end()) return it->second;
     const Spirv* code = find_spirv(name);
     if (!code) throw Error("vulkan: no kernel named " + name);
     {
@@ -230,6 +287,7 @@ const Pipeline& Context::pipeline(const std::string& name, uint32_t bindings) {
     }
     Pipeline p;
     p.bindings = bindings;
+    p.writable = writable_bindings(code->words, code->count);
     std::vector<VkDescriptorSetLayoutBinding> b(bindings);
     for (uint32_t i = 0; i < bindings; ++i) {
         b[i].binding = i;
@@ -259,6 +317,11 @@ const Pipeline& Context::pipeline(const std::string& name, uint32_t bindings) {
     cp.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
     cp.stage.module = module;
     cp.stage.pName = "main";
+    std::vector<VkSpecializationMapEntry> entries(constants.size());
+    for (uint32_t i = 0; i < constants.size(); ++i) entries[i] = {i, i * 4, 4};
+    const VkSpecializationInfo spec{static_cast<uint32_t>(entries.size()), entries.data(),
+                                    constants.size() * 4, constants.data()};
+    if (!constants.empty()) cp.stage.pSpecializationInfo = &spec;
     cp.layout = p.layout;
     const VkResult r = vkCreateComputePipelines(dev_, VK_NULL_HANDLE, 1, &cp, nullptr, &p.pipeline);
     vkDestroyShaderModule(dev_, module, nullptr);
@@ -269,7 +332,7 @@ const Pipeline& Context::pipeline(const std::string& name, uint32_t bindings) {
                                                                  "(VkResult {})",
                                                                  name, static_cast<int>(r)));
     }
-    return pipelines_.emplace(name, p).first->second;
+    return pipelines_.emplace(key, p).first->second;
 }
 
 VkCommandBuffer Context::new_command_buffer() {
@@ -305,14 +368,16 @@ void Context::submit_and_wait(VkCommandBuffer cb, VkFence fence) {
         std::lock_guard<std::mutex> lk(queue_mu_);
         check(vkQueueSubmit(queue_, 1, &si, fence), "queue submit");
     }
+    ++syncs_;
     check(vkWaitForFences(dev_, 1, &fence, VK_TRUE, UINT64_MAX), "waiting for the device");
     check(vkResetFences(dev_, 1, &fence), "fence reset");
 }
 
 void Context::write(const Alloc& dst, uint64_t dst_off, const void* src, uint64_t bytes) {
     if (bytes == 0) return;
-    const std::shared_ptr<Alloc> stage = alloc(bytes, true);
+    const std::shared_ptr<Alloc> stage = alloc(bytes, Memory::Upload);
     std::memcpy(stage->mapped, src, bytes);
+    count_copy(bytes, true);
     VkCommandBuffer cb = new_command_buffer();
     VkFence fence = new_fence();
     VkCommandBufferBeginInfo bi{};

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "device/device.h"
 #include "device/vulkan.h"
 
 namespace clef::dev::vk {
@@ -25,8 +26,12 @@ class Context;
 // when `validation`.
 VkResult create_instance(bool validation, VkInstance& inst);
 
-// One VkBuffer with its own memory. Device memory unless `host_visible` (staging: mapped for the life of the
-// buffer).
+// Where an allocation lives: device memory, or host-visible staging mapped for the life of the buffer, for
+// copies to the device (coherent, write-combined is fine) or back from it (host-cached where the device has
+// such a type, so that the host's reads run at memory speed).
+enum class Memory { Device, Upload, Readback };
+
+// One VkBuffer with its own memory.
 struct Alloc {
     Context* ctx = nullptr;
     bool counted = false;  // device memory, in Context::allocated()
@@ -46,7 +51,14 @@ struct Pipeline {
     VkPipelineLayout layout = VK_NULL_HANDLE;
     VkPipeline pipeline = VK_NULL_HANDLE;
     uint32_t bindings = 0;
+    // Bit i: the kernel may write binding i (its SPIR-V does not declare the buffer read-only). What the
+    // synchronization (and its validation) must assume the kernel writes, whatever one dispatch does.
+    uint32_t writable = 0;
 };
+
+// The storage-buffer bindings of descriptor set 0 that a SPIR-V module does not decorate NonWritable (on the
+// variable or on every member of its block), as a bit mask.
+uint32_t writable_bindings(const uint32_t* words, size_t count);
 
 class Context {
 public:
@@ -62,18 +74,23 @@ public:
     VkDevice device() const { return dev_; }
     // The largest buffer a kernel can bind, in whole 32-bit words.
     uint64_t max_range() const { return info_.max_storage_range & ~uint64_t{3}; }
-    // Storage buffer of `bytes` (at least 16, rounded up to whole 32-bit words) in device memory, or
-    // host-visible coherent memory for staging.
-    // Throws clef::Error naming the size when the device is out of memory.
-    std::shared_ptr<Alloc> alloc(uint64_t bytes, bool host_visible = false);
-    // The pipeline of an embedded kernel (device/vk_shaders.h: its name) with `bindings` storage buffers,
-    // built on first use.
-    const Pipeline& pipeline(const std::string& name, uint32_t bindings);
+    // Storage buffer of `bytes` (at least 16, rounded up to whole 32-bit words) in device memory or staging
+    // memory. Throws clef::Error naming the size when the device is out of memory.
+    std::shared_ptr<Alloc> alloc(uint64_t bytes, Memory where = Memory::Device);
+    // The pipeline of an embedded kernel (device/vk_shaders.h: its name) with `bindings` storage buffers and
+    // its specialisation constants 0, 1, ... set to `constants` (the shader's defaults where empty), built on
+    // first use.
+    const Pipeline& pipeline(const std::string& name, uint32_t bindings,
+                             const std::vector<uint32_t>& constants = {});
 
     VkCommandBuffer new_command_buffer();
     void free_command_buffer(VkCommandBuffer cb);
     // Submits a recorded command buffer and waits for it (the queue is shared: one submission at a time).
     void submit_and_wait(VkCommandBuffer cb, VkFence fence);
+    // The host's waits and the bytes copied each way so far (device/device.h Transfers); the streams and
+    // write() count their copies.
+    Transfers transfers() const { return {syncs_.load(), up_.load(), down_.load()}; }
+    void count_copy(uint64_t bytes, bool to_device) { (to_device ? up_ : down_) += bytes; }
     VkFence new_fence();
     // dst[dst_off ..] = bytes of host memory, through a staging buffer, waiting for the copy.
     void write(const Alloc& dst, uint64_t dst_off, const void* src, uint64_t bytes);
@@ -92,7 +109,7 @@ private:
     void create_instance();
     void release();  // the handles, in reverse order of creation
     void create_device(int index);
-    uint32_t memory_type(uint32_t bits, bool host_visible) const;
+    uint32_t memory_type(uint32_t bits, Memory where) const;
 
     VulkanDeviceInfo info_;
     VkInstance inst_ = VK_NULL_HANDLE;
@@ -106,6 +123,8 @@ private:
     std::mutex queue_mu_, pool_mu_, pipe_mu_;
     std::map<std::string, Pipeline> pipelines_;
     std::atomic<uint64_t> allocated_{0};
+    std::atomic<int64_t> syncs_{0};
+    std::atomic<uint64_t> up_{0}, down_{0};
     std::atomic<bool> lost_{false};  // an injected device loss: every later submission fails
     double timestamp_ns_ = 0;
 };

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -111,7 +113,7 @@ DeviceBuffer& vk_buffer(const Span& s) {
 }
 
 // A weight matrix in device memory: row blocks of at most the device's storage range, each in the file's
-// type (kernel linear_<type>), and the bias.
+// type (the GEMM kernels linear_<type>, linear_cm_<type>, linear_cmnv_<type>), and the bias.
 class VkMatrix final : public Matrix {
 public:
     struct Part {
@@ -128,7 +130,7 @@ public:
     bool streamed() const override { return false; }
 
     int64_t out_ = 0, in_ = 0;
-    std::string kernel;
+    std::string type;  // the weights' type as the kernel names spell it: "bf16", "q4_k", ...
     std::vector<Part> parts_;
     std::shared_ptr<Alloc> bias;
     // Column groups stored out of order (QuantMatrix col_map): stored group s holds logical group from[s], of
@@ -167,6 +169,98 @@ Grid grid_1d(int64_t n, int64_t local = 256) {
     return grid_for((n + local - 1) / local);
 }
 
+// ---- the projection GEMM's plan: kernel, tile shape, split of K ----
+
+// A tile shape of the GEMM kernels (shaders/linear.comp, linear_cm.comp): the kernel's name after "linear_"
+// and before the weight type, its tile of y, and its specialisation constants.
+struct GemmShape {
+    std::string name;    // as force_vulkan_gemm names it
+    std::string kernel;  // "" (fp32 FMA tiles), "cm_" (tensor-core emulation), "cmnv_" (NV tensor cores)
+    int64_t bm = 0, bn = 0;
+    std::vector<uint32_t> constants;
+};
+
+// linear.comp's shapes: workgroup size, BM, BN, TM, TN. large needs 32 KiB of shared memory (two buffers of
+// 16 x 128 values of x and of W); the others 16 and 18 KiB.
+GemmShape tiled(const std::string& name) {
+    if (name == "large") return {name, "", 128, 128, {256, 128, 128, 8, 8}};
+    if (name == "small") return {name, "", 16, 128, {128, 16, 128, 4, 4}};
+    return {"medium", "", 64, 64, {256, 64, 64, 4, 4}};
+}
+
+// linear_cm.comp for a subgroup size: 64 x 64 tiles, 128 invocations (the emulation: up to 16 subgroups of
+// at least 8).
+GemmShape tensor_cores(bool nv, uint32_t subgroup) {
+    return {"coopmat", nv ? "cmnv_" : "cm_", 64, 64, {128, subgroup}};
+}
+
+// What the plan reads of the device (device/vulkan.h VulkanDeviceInfo). coop_emulated: the environment has
+// CLEF_VULKAN_EMULATE_TENSOR_CORES=1, and --precision fp16 runs the tensor-core kernel's emulation where the
+// device has no tensor cores (to measure what fp16 operands cost in answers on any device: docs/GPU.md).
+struct GemmDevice {
+    bool gpu = false;
+    bool fp16 = false;
+    bool coop_nv = false;
+    bool coop_emulated = false;
+    uint32_t shared_memory = 0, subgroup = 0;
+};
+
+struct GemmPlan {
+    GemmShape shape;
+    int64_t slices = 1;   // K split into this many slices (workgroups in z)
+    uint32_t kchunk = 0;  // K per slice, a multiple of 16
+};
+
+std::mutex g_force_mu;
+std::string g_force_shape;  // under g_force_mu
+int g_force_slices = 0;
+
+GemmShape gemm_shape(const GemmDevice& d, ops::Precision precision, int64_t m, int64_t n) {
+    std::string forced;
+    {
+        std::lock_guard<std::mutex> lk(g_force_mu);
+        forced = g_force_shape;
+    }
+    if (forced == "coopmat") {
+        if (!d.fp16 || (!d.coop_nv && (d.subgroup < 8 || d.subgroup > 128)))
+            throw Error(
+                "vulkan: this device cannot run the tensor-core GEMM (fp16 and a subgroup of 8 to 128)");
+        return tensor_cores(d.coop_nv, d.subgroup);
+    }
+    if (!forced.empty()) {
+        if (forced == "large" && d.shared_memory < 32768)
+            throw Error("vulkan: this device's shared memory is too small for the large GEMM tiles");
+        return tiled(forced);
+    }
+    if (precision == ops::Precision::F16 && (d.coop_nv || (d.coop_emulated && d.fp16)))
+        return tensor_cores(d.coop_nv, d.subgroup);
+    if (m <= 16) return tiled("small");
+    if (d.gpu && d.shared_memory >= 32768 && m > 64 && n > 64) return tiled("large");
+    return tiled("medium");
+}
+
+// The GEMM of y [m][n] = x [m][k] W[n][k]ᵀ on a device: the tile shape, and K split where the tiles alone
+// would leave the device idle (fewer than 128 workgroups on a GPU, 4 on a CPU-type device such as
+// lavapipe), into slices of at least 256 values, at most 16.
+GemmPlan plan_gemm(const GemmDevice& d, ops::Precision precision, int64_t m, int64_t n, int64_t k) {
+    GemmPlan g;
+    g.shape = gemm_shape(d, precision, m, n);
+    const int64_t tiles = ((m + g.shape.bm - 1) / g.shape.bm) * ((n + g.shape.bn - 1) / g.shape.bn);
+    const int64_t target = d.gpu ? 128 : 4;
+    int64_t slices = 0;
+    {
+        std::lock_guard<std::mutex> lk(g_force_mu);
+        slices = g_force_slices;
+    }
+    if (slices <= 0)
+        slices =
+            tiles < target ? std::clamp<int64_t>(std::min((target + tiles - 1) / tiles, k / 256), 1, 16) : 1;
+    const int64_t chunk = ((k + slices - 1) / slices + 15) / 16 * 16;
+    g.kchunk = static_cast<uint32_t>(std::max<int64_t>(chunk, 16));
+    g.slices = std::max<int64_t>(1, (k + g.kchunk - 1) / g.kchunk);
+    return g;
+}
+
 class VulkanDevice;
 
 class VkStream final : public Stream {
@@ -177,6 +271,8 @@ public:
     Tensor scratch(int64_t n, Elem e) override;
     void upload(Span dst, const void* src) override;
     void download(void* dst, Span src) override;
+    void fetch(void* dst, Span src) override;
+    void zero(Span dst) override;
     void sync() override;
 
     void linear(const Matrix& w, Span x, int64_t m, Span y) override;
@@ -210,15 +306,21 @@ public:
 
 private:
     void begin();
+    // Orders this stream's next command after the earlier ones that touch the same buffers: a barrier when
+    // one of `uses` (a buffer, and whether the next command writes it) reads what an earlier command since
+    // the last barrier wrote, or writes what one read or wrote; independent kernels run without one.
+    void depend(std::initializer_list<std::pair<VkBuffer, bool>> uses);
+    void depend(const std::vector<std::pair<VkBuffer, bool>>& uses);
     void barrier();
     // Records one kernel over `spans` (binding i = spans[i]; `written` marks the ones it writes).
     void dispatch(const std::string& kernel, std::initializer_list<Span> spans, uint32_t written,
-                  const Push& pc, Grid g, double flops = 0);
+                  const Push& pc, Grid g, double flops = 0, const std::vector<uint32_t>& constants = {});
     // The timestamps of the kernels run by the last submission, into the device's kernel times.
     void collect_times();
     DeviceBuffer& use(const Span& s, bool written);
-    // `bytes` of this run's staging memory: the buffer and the offset in it.
-    std::pair<Alloc*, uint64_t> stage(uint64_t bytes);
+    // `bytes` of this run's staging memory for copies to the device (Memory::Upload) or back (Readback): the
+    // buffer and the offset in it.
+    std::pair<Alloc*, uint64_t> stage(uint64_t bytes, vk::Memory where);
     void elementwise(uint32_t op, Span a, Span b, Span c);
     void norm(Span x, int64_t rows, int64_t d, int64_t per, int64_t x_ld, Span w, Span bz, Span y,
               uint32_t kind, uint32_t wmode, uint32_t gate, float eps, float scale);
@@ -230,8 +332,13 @@ private:
     VkCommandBuffer cb_ = VK_NULL_HANDLE;
     VkFence fence_ = VK_NULL_HANDLE;
     bool recording_ = false;
-    std::vector<std::shared_ptr<Alloc>> staging_;
-    uint64_t staging_used_ = 0;  // in staging_.back()
+    struct Arena {
+        std::vector<std::shared_ptr<Alloc>> bufs;
+        uint64_t used = 0;  // in bufs.back()
+    };
+    Arena up_, down_;  // staging for uploads and for readbacks
+    // The buffers read and written by the commands recorded since the last barrier.
+    std::vector<VkBuffer> reads_, writes_;
     std::vector<std::shared_ptr<Wrapped>> wrapped_;
     std::vector<std::shared_ptr<Alloc>> held_;  // every allocation the recorded kernels use
     struct Readback {
@@ -264,6 +371,13 @@ public:
         ctx_.write(*a, 0, v.data(), v.size() * 4);
         return Tensor(std::make_unique<DeviceBuffer>(std::move(a), nullptr), static_cast<int64_t>(v.size()));
     }
+    Tensor buffer(int64_t n, Elem e) override {
+        return Tensor(
+            std::make_unique<DeviceBuffer>(
+                ctx_.alloc(static_cast<uint64_t>(std::max<int64_t>(n, 0)) * elem_bytes(e)), nullptr),
+            n, e);
+    }
+    Transfers transfers() const override { return ctx_.transfers(); }
     std::unique_ptr<Matrix> matrix(const MatrixSource& src) override;
     Tensor wrap(void* host, int64_t n, Elem e) override {
         auto w = std::make_shared<Wrapped>();
@@ -278,6 +392,12 @@ public:
 
     // The i-quants' lookup tables (shaders/dequant.glsl), uploaded with the first matrix that needs them.
     const std::shared_ptr<Alloc>& iq_tables();
+    GemmDevice gemm_device() const {
+        const VulkanDeviceInfo& i = ctx_.info();
+        static const bool emulate = std::getenv("CLEF_VULKAN_EMULATE_TENSOR_CORES") &&
+                                    std::string(std::getenv("CLEF_VULKAN_EMULATE_TENSOR_CORES")) == "1";
+        return {i.gpu(), i.fp16, i.coop_matrix_nv, emulate, i.shared_memory, i.subgroup_size};
+    }
 
     Context ctx_;
     std::shared_ptr<Pool> pool_;
@@ -361,22 +481,42 @@ void VkStream::collect_times() {
 void VkStream::barrier() {
     VkMemoryBarrier mb{};
     mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
-    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT |
+                       VK_ACCESS_TRANSFER_READ_BIT;
     mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
                        VK_ACCESS_TRANSFER_WRITE_BIT;
     const VkPipelineStageFlags st = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
     vkCmdPipelineBarrier(cb_, st, st, 0, 1, &mb, 0, nullptr, 0, nullptr);
+    reads_.clear(), writes_.clear();
 }
 
-std::pair<Alloc*, uint64_t> VkStream::stage(uint64_t bytes) {
+void VkStream::depend(std::initializer_list<std::pair<VkBuffer, bool>> uses) {
+    depend(std::vector<std::pair<VkBuffer, bool>>(uses));
+}
+
+void VkStream::depend(const std::vector<std::pair<VkBuffer, bool>>& uses) {
+    const auto has = [](const std::vector<VkBuffer>& v, VkBuffer b) {
+        return std::find(v.begin(), v.end(), b) != v.end();
+    };
+    for (const auto& [b, write] : uses)
+        if (has(writes_, b) || (write && has(reads_, b))) {
+            barrier();
+            break;
+        }
+    for (const auto& [b, write] : uses) (write ? writes_ : reads_).push_back(b);
+}
+
+std::pair<Alloc*, uint64_t> VkStream::stage(uint64_t bytes, vk::Memory where) {
+    Arena& a = where == vk::Memory::Readback ? down_ : up_;
+    ctx_.count_copy(bytes, where == vk::Memory::Upload);
     bytes = (bytes + 15) & ~uint64_t{15};
-    if (staging_.empty() || staging_used_ + bytes > staging_.back()->bytes) {
-        staging_.push_back(ctx_.alloc(std::max<uint64_t>(bytes, uint64_t{8} << 20), true));
-        staging_used_ = 0;
+    if (a.bufs.empty() || a.used + bytes > a.bufs.back()->bytes) {
+        a.bufs.push_back(ctx_.alloc(std::max<uint64_t>(bytes, uint64_t{8} << 20), where));
+        a.used = 0;
     }
-    const uint64_t off = staging_used_;
-    staging_used_ += bytes;
-    return {staging_.back().get(), off};
+    const uint64_t off = a.used;
+    a.used += bytes;
+    return {a.bufs.back().get(), off};
 }
 
 DeviceBuffer& VkStream::use(const Span& s, bool written) {
@@ -386,11 +526,11 @@ DeviceBuffer& VkStream::use(const Span& s, bool written) {
     if (const auto& w = b.wrapped()) {
         if (std::find(wrapped_.begin(), wrapped_.end(), w) == wrapped_.end()) wrapped_.push_back(w);
         if (!w->on_device && w->bytes > 0) {  // copied in before its first kernel
-            const auto [st, off] = stage(w->bytes);
+            const auto [st, off] = stage(w->bytes, vk::Memory::Upload);
             std::memcpy(static_cast<unsigned char*>(st->mapped) + off, w->host, w->bytes);
             const VkBufferCopy region{off, 0, w->bytes};
+            depend({{w->a->buf, true}});
             vkCmdCopyBuffer(cb_, st->buf, w->a->buf, 1, &region);
-            barrier();
             w->on_device = true;
         }
         w->dirty = w->dirty || written;
@@ -399,17 +539,27 @@ DeviceBuffer& VkStream::use(const Span& s, bool written) {
 }
 
 void VkStream::dispatch(const std::string& kernel, std::initializer_list<Span> spans, uint32_t written,
-                        const Push& pc, Grid g, double flops) {
-    const vk::Pipeline& p = ctx_.pipeline(kernel, static_cast<uint32_t>(spans.size()));
+                        const Push& pc, Grid g, double flops, const std::vector<uint32_t>& constants) {
+    const vk::Pipeline& p = ctx_.pipeline(kernel, static_cast<uint32_t>(spans.size()), constants);
+    written |= p.writable;  // what the kernel may write in any mode, as the synchronization must assume
     std::vector<VkDescriptorBufferInfo> infos;
+    std::vector<std::pair<VkBuffer, bool>> uses;
     uint32_t i = 0;
     for (const Span& s : spans) {
         ::VkBuffer buf = dev_.dummy_->buf;
-        if (s.buf) buf = use(s, (written >> i) & 1).alloc()->buf;
+        if (!s.buf && ((p.writable >> i) & 1))  // the shared dummy is only ever read
+            throw Error(
+                fmt::format("vulkan: kernel {} may write its binding {}, which has no buffer", kernel, i));
+        if (s.buf) {
+            const bool w = (written >> i) & 1;
+            buf = use(s, w).alloc()->buf;
+            uses.emplace_back(buf, w);
+        }
         infos.push_back({buf, 0, VK_WHOLE_SIZE});
         ++i;
     }
     begin();
+    depend(uses);  // all bindings against the earlier commands only: a kernel may read and write one buffer
     std::vector<VkWriteDescriptorSet> writes(infos.size());
     for (size_t b = 0; b < infos.size(); ++b) {
         writes[b].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
@@ -430,7 +580,6 @@ void VkStream::dispatch(const std::string& kernel, std::initializer_list<Span> s
         vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, q + 1);
         timed_.push_back({kernel, flops});
     }
-    barrier();
 }
 
 Tensor VkStream::scratch(int64_t n, Elem e) {
@@ -442,23 +591,37 @@ void VkStream::upload(Span dst, const void* src) {
     const uint64_t bytes = static_cast<uint64_t>(dst.n) * elem_bytes(dst.elem);
     if (bytes == 0) return;
     DeviceBuffer& b = use(dst, true);
-    const auto [st, off] = stage(bytes);
+    const auto [st, off] = stage(bytes, vk::Memory::Upload);
     std::memcpy(static_cast<unsigned char*>(st->mapped) + off, src, bytes);
     const VkBufferCopy region{off, static_cast<uint64_t>(dst.off) * elem_bytes(dst.elem), bytes};
+    depend({{b.alloc()->buf, true}});
     vkCmdCopyBuffer(cb_, st->buf, b.alloc()->buf, 1, &region);
-    barrier();
+}
+
+void VkStream::fetch(void* dst, Span src) {
+    const uint64_t bytes = static_cast<uint64_t>(src.n) * elem_bytes(src.elem);
+    if (bytes == 0) return;
+    DeviceBuffer& b = use(src, false);
+    const auto [st, off] = stage(bytes, vk::Memory::Readback);
+    const VkBufferCopy region{static_cast<uint64_t>(src.off) * elem_bytes(src.elem), off, bytes};
+    depend({{b.alloc()->buf, false}});
+    vkCmdCopyBuffer(cb_, b.alloc()->buf, st->buf, 1, &region);
+    readbacks_.push_back({dst, st, off, bytes});
+}
+
+void VkStream::zero(Span dst) {
+    const uint64_t bytes = static_cast<uint64_t>(dst.n) * elem_bytes(dst.elem);
+    const uint64_t off = static_cast<uint64_t>(dst.off) * elem_bytes(dst.elem);
+    if (bytes == 0) return;
+    if (off % 4 != 0 || bytes % 4 != 0)
+        throw Error("vulkan: zero() of a span that is not whole 32-bit words");
+    DeviceBuffer& b = use(dst, true);
+    depend({{b.alloc()->buf, true}});
+    vkCmdFillBuffer(cb_, b.alloc()->buf, off, bytes, 0);
 }
 
 void VkStream::download(void* dst, Span src) {
-    const uint64_t bytes = static_cast<uint64_t>(src.n) * elem_bytes(src.elem);
-    if (bytes > 0) {
-        DeviceBuffer& b = use(src, false);
-        const auto [st, off] = stage(bytes);
-        const VkBufferCopy region{static_cast<uint64_t>(src.off) * elem_bytes(src.elem), off, bytes};
-        vkCmdCopyBuffer(cb_, b.alloc()->buf, st->buf, 1, &region);
-        barrier();
-        readbacks_.push_back({dst, st, off, bytes});
-    }
+    fetch(dst, src);
     sync();
 }
 
@@ -466,8 +629,9 @@ void VkStream::sync() {
     if (!recording_) return;
     for (const auto& w : wrapped_) {  // the wrapped arrays the kernels wrote, back to the host
         if (w->bytes == 0 || !w->dirty) continue;
-        const auto [st, off] = stage(w->bytes);
+        const auto [st, off] = stage(w->bytes, vk::Memory::Readback);
         const VkBufferCopy region{0, off, w->bytes};
+        depend({{w->a->buf, false}});
         vkCmdCopyBuffer(cb_, w->a->buf, st->buf, 1, &region);
         readbacks_.push_back({w->host, st, off, w->bytes});
     }
@@ -478,8 +642,11 @@ void VkStream::sync() {
         wrapped_.clear();
         held_.clear();
         readbacks_.clear();
-        staging_used_ = 0;
-        if (staging_.size() > 1) staging_.erase(staging_.begin(), staging_.end() - 1);
+        reads_.clear(), writes_.clear();
+        for (Arena* a : {&up_, &down_}) {
+            a->used = 0;
+            if (a->bufs.size() > 1) a->bufs.erase(a->bufs.begin(), a->bufs.end() - 1);
+        }
         vkResetCommandBuffer(cb_, 0);
     };
     try {
@@ -501,6 +668,9 @@ void VkStream::elementwise(uint32_t op, Span a, Span b, Span c) {
     const int64_t n = a.n;
     if (n == 0) return;
     const uint32_t written = op == 0 || op == 3 || op == 4 ? 1u : 4u;
+    // The in-place ops bind `a` as c too: the kernel may write c in other ops, and a write the
+    // synchronization must assume goes to a buffer this stream tracks, not to the shared dummy.
+    if (c.empty()) c = a;
     dispatch("elementwise", {a, b, c}, written, Push().u(n).u(a.off).u(b.off).u(c.off).u(op), grid_1d(n));
 }
 
@@ -531,12 +701,30 @@ void VkStream::linear(const Matrix& mat, Span x, int64_t m, Span y) {
     }
     const Tensor bias = bound(w.bias), tables = bound(w.tables);
     for (const VkMatrix::Part& p : w.parts_) {
+        const GemmPlan g = plan_gemm(dev_.gemm_device(), opt_.precision, m, p.rows, w.in());
+        const std::string kernel = "linear_" + std::string(g.shape.kernel) + w.type;
         const Tensor wt = bound(p.w);
+        const double flops =
+            2.0 * static_cast<double>(m) * static_cast<double>(p.rows) * static_cast<double>(w.in());
+        const Grid grid{static_cast<uint32_t>((p.rows + g.shape.bn - 1) / g.shape.bn),
+                        static_cast<uint32_t>((m + g.shape.bm - 1) / g.shape.bm),
+                        static_cast<uint32_t>(g.slices)};
         Push pc;
-        pc.u(m).u(p.rows).u(w.in()).u(x.off).u(w.in()).u(y.off).u(w.out()).u(p.row0).u(w.bias ? 1 : 0);
-        dispatch(w.kernel, {x, wt.span(), bias.span(), y, tables.span()}, 8u, pc,
-                 {static_cast<uint32_t>((p.rows + 63) / 64), static_cast<uint32_t>((m + 63) / 64), 1},
-                 2.0 * static_cast<double>(m) * static_cast<double>(p.rows) * static_cast<double>(w.in()));
+        pc.u(m).u(p.rows).u(w.in()).u(x.off).u(w.in());
+        if (g.slices == 1) {
+            pc.u(y.off).u(w.out()).u(p.row0).u(w.bias ? 1 : 0).u(g.kchunk);
+            dispatch(kernel, {x, wt.span(), bias.span(), y, tables.span()}, 8u, pc, grid, flops,
+                     g.shape.constants);
+            continue;
+        }
+        // Split K: each slice's partial sums [slice][m][rows], then their sum with the bias into y.
+        const Tensor part = scratch(g.slices * m * p.rows, Elem::F32);
+        pc.u(0).u(p.rows).u(0).u(0).u(g.kchunk);
+        dispatch(kernel, {x, wt.span(), {}, part.span(), tables.span()}, 8u, pc, grid, flops,
+                 g.shape.constants);
+        dispatch("linear_reduce", {part.span(), bias.span(), y}, 4u,
+                 Push().u(m).u(p.rows).u(g.slices).u(y.off).u(w.out()).u(p.row0).u(w.bias ? 1 : 0),
+                 grid_1d(m * p.rows));
     }
 }
 
@@ -640,8 +828,9 @@ void VkStream::memory_attention(Span q, int64_t lq, int heads, int64_t w, Span w
 
 // ---- weights ----
 
-// The linear kernel's name for a type the shaders read as it is ("" for the others): linear_<ggml name>.
-std::string kernel_for(GgmlType t) {
+// The GEMM kernels' name of a type the shaders read as it is ("" for the others): the ggml name in lower case
+// (kernels linear_q4_k, linear_cm_q4_k, ...).
+std::string type_for(GgmlType t) {
     switch (t) {
         case GgmlType::F32:
         case GgmlType::BF16:
@@ -668,7 +857,7 @@ std::string kernel_for(GgmlType t) {
             std::string name = ggml_type_name(static_cast<uint32_t>(t));  // "q4_K": the kernel is linear_q4_k
             std::transform(name.begin(), name.end(), name.begin(),
                            [](unsigned char c) { return std::tolower(c); });
-            return "linear_" + name;
+            return name;
         }
         default:
             return "";
@@ -703,11 +892,8 @@ const std::shared_ptr<Alloc>& VulkanDevice::iq_tables() {
     return tables_;
 }
 
-std::string kernel_for(DType t) {
-    return t == DType::BF16  ? "linear_bf16"
-           : t == DType::F16 ? "linear_f16"
-           : t == DType::F32 ? "linear_f32"
-                             : "";
+std::string type_for(DType t) {
+    return t == DType::BF16 ? "bf16" : t == DType::F16 ? "f16" : t == DType::F32 ? "f32" : "";
 }
 
 void VulkanDevice::upload_rows(VkMatrix& m, const std::vector<unsigned char>& bytes, uint64_t row_bytes) {
@@ -727,9 +913,9 @@ std::unique_ptr<Matrix> VulkanDevice::matrix(const MatrixSource& s) {
     if (s.quant) {
         const QuantMatrix& q = *s.quant;
         m->out_ = q.rows, m->in_ = q.cols;
-        m->kernel = kernel_for(q.type);
-        if (m->kernel.starts_with("linear_iq")) m->tables = iq_tables();
-        if (!m->kernel.empty() && !q.col_map.empty()) {
+        m->type = type_for(q.type);
+        if (m->type.starts_with("iq")) m->tables = iq_tables();
+        if (!m->type.empty() && !q.col_map.empty()) {
             m->col_group = q.col_group;
             std::vector<uint32_t> from(q.col_map.size());
             for (size_t g = 0; g < q.col_map.size(); ++g)
@@ -737,14 +923,14 @@ std::unique_ptr<Matrix> VulkanDevice::matrix(const MatrixSource& s) {
             m->from = ctx_.alloc(from.size() * 4);
             ctx_.write(*m->from, 0, from.data(), from.size() * 4);
         }
-        if (!m->kernel.empty()) {  // the file's rows as they are, in logical order
+        if (!m->type.empty()) {  // the file's rows as they are, in logical order
             row_bytes = q.row_bytes();
             bytes.resize(q.rows * row_bytes);
             for (int64_t r = 0; r < q.rows; ++r)
                 std::memcpy(bytes.data() + r * row_bytes,
                             q.data + (q.row_map.empty() ? r : q.row_map[r]) * row_bytes, row_bytes);
         } else {  // a type no shader reads (none that GGUF files of these models use): widened rows
-            m->kernel = "linear_f32";
+            m->type = "f32";
             row_bytes = q.cols * 4;
             bytes.resize(q.rows * row_bytes);
             for (int64_t r = 0; r < q.rows; ++r)
@@ -756,12 +942,12 @@ std::unique_ptr<Matrix> VulkanDevice::matrix(const MatrixSource& s) {
         // A weight of more dimensions (the vision tower's patch-embedding conv) is [out][the rest].
         if (t.shape.size() < 2 || t.shape[0] <= 0) throw Error("vulkan: " + t.name + " is not a matrix");
         m->out_ = t.shape[0], m->in_ = t.numel() / t.shape[0];
-        m->kernel = kernel_for(t.dtype);
-        if (!m->kernel.empty()) {
+        m->type = type_for(t.dtype);
+        if (!m->type.empty()) {
             bytes.assign(t.data, t.data + t.nbytes);
             row_bytes = t.nbytes / m->out_;
         } else {
-            m->kernel = "linear_f32";
+            m->type = "f32";
             std::vector<float> f = t.to_f32();
             bytes.assign(reinterpret_cast<unsigned char*>(f.data()),
                          reinterpret_cast<unsigned char*>(f.data() + f.size()));
@@ -796,6 +982,12 @@ OpenedDevice open_device(const std::string& spec) {
         out.reason = e.what();
     }
     return out;
+}
+
+void force_vulkan_gemm(const std::string& shape, int slices) {
+    std::lock_guard<std::mutex> lk(g_force_mu);
+    g_force_shape = shape;
+    g_force_slices = slices;
 }
 
 int vulkan_validation_errors() {

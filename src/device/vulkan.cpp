@@ -50,6 +50,22 @@ bool has_extension(VkPhysicalDevice pd, const char* name) {
     });
 }
 
+// Whether the device has VK_NV_cooperative_matrix with 16 x 16 x 16 fp16 x fp16 -> fp32 subgroup matrices.
+bool nv_f16_shape(VkPhysicalDevice pd) {
+    if (!has_extension(pd, "VK_NV_cooperative_matrix") || !vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)
+        return false;
+    uint32_t n = 0;
+    vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(pd, &n, nullptr);
+    std::vector<VkCooperativeMatrixPropertiesNV> props(n);
+    for (auto& p : props) p.sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+    vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(pd, &n, props.data());
+    return std::any_of(props.begin(), props.end(), [](const VkCooperativeMatrixPropertiesNV& p) {
+        return p.MSize == 16 && p.NSize == 16 && p.KSize == 16 && p.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+               p.BType == VK_COMPONENT_TYPE_FLOAT16_NV && p.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+               p.DType == VK_COMPONENT_TYPE_FLOAT32_NV && p.scope == VK_SCOPE_SUBGROUP_NV;
+    });
+}
+
 // Properties, limits, memory heaps and the features the kernels choose by (Vulkan 1.1+ query chains).
 VulkanDeviceInfo describe(VkPhysicalDevice pd, int index) {
     VulkanDeviceInfo d;
@@ -100,6 +116,7 @@ VulkanDeviceInfo describe(VkPhysicalDevice pd, int index) {
     d.int_dot = f13.shaderIntegerDotProduct;
     d.coop_matrix =
         has_extension(pd, "VK_NV_cooperative_matrix") || has_extension(pd, "VK_KHR_cooperative_matrix");
+    d.coop_matrix_nv = f12.vulkanMemoryModel && d.fp16 && nv_f16_shape(pd);
     return d;
 }
 
@@ -123,7 +140,13 @@ VkResult create_instance(bool validation, VkInstance& inst) {
     ci.pApplicationInfo = &app;
     const char* layer = "VK_LAYER_KHRONOS_validation";
     const char* ext = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
+    // Synchronization validation too: every hazard between kernels and copies the barriers miss is an error.
+    const VkValidationFeatureEnableEXT sync = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
+    VkValidationFeaturesEXT features{};
+    features.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT;
+    features.enabledValidationFeatureCount = 1, features.pEnabledValidationFeatures = &sync;
     if (validation) {
+        ci.pNext = &features;
         ci.enabledLayerCount = 1, ci.ppEnabledLayerNames = &layer;
         ci.enabledExtensionCount = 1, ci.ppEnabledExtensionNames = &ext;
     }
@@ -186,11 +209,25 @@ std::string none_reason(const VulkanProbe& probe, bool gpu_only) {
 
 }  // namespace
 
+DeviceSpec parse_device_spec(const std::string& spec) {
+    using Kind = DeviceSpec::Kind;
+    if (spec == "auto") return {Kind::Auto, -1};
+    if (spec == "cpu") return {Kind::Cpu, -1};
+    if (spec == "vulkan") return {Kind::Vulkan, -1};
+    const std::string prefix = "vulkan:";
+    if (spec.rfind(prefix, 0) == 0 && spec.size() > prefix.size() && spec.size() <= prefix.size() + 3 &&
+        std::all_of(spec.begin() + static_cast<std::ptrdiff_t>(prefix.size()), spec.end(),
+                    [](char ch) { return ch >= '0' && ch <= '9'; }))
+        return {Kind::Vulkan, std::stoi(spec.substr(prefix.size()))};
+    throw Error("--device '" + spec + "': expected auto, cpu, vulkan or vulkan:N");
+}
+
 DeviceChoice choose_device(const std::string& spec, const VulkanProbe& probe) {
+    const DeviceSpec s = parse_device_spec(spec);
     DeviceChoice c;
-    if (spec == "cpu") return c;
-    if (spec == "auto" || spec == "vulkan") {
-        const bool gpu_only = spec == "auto";
+    if (s.kind == DeviceSpec::Kind::Cpu) return c;
+    if (s.index < 0) {
+        const bool gpu_only = s.kind == DeviceSpec::Kind::Auto;
         if (const VulkanDeviceInfo* d = best(probe, gpu_only)) {
             c.vulkan = true;
             c.index = d->index;
@@ -199,22 +236,14 @@ DeviceChoice choose_device(const std::string& spec, const VulkanProbe& probe) {
         }
         return c;
     }
-    const std::string prefix = "vulkan:";
-    if (spec.rfind(prefix, 0) == 0 && spec.size() > prefix.size() && spec.size() <= prefix.size() + 3 &&
-        std::all_of(spec.begin() + static_cast<std::ptrdiff_t>(prefix.size()), spec.end(),
-                    [](char ch) { return ch >= '0' && ch <= '9'; })) {
-        const int n = std::stoi(spec.substr(prefix.size()));
-        if (n >= static_cast<int>(probe.devices.size()))
-            throw Error(fmt::format(
-                "--device {}: {}", spec,
-                probe.devices.empty()
-                    ? none_reason(probe, false)
-                    : fmt::format("this machine has Vulkan devices 0 to {}", probe.devices.size() - 1)));
-        c.vulkan = true;
-        c.index = n;
-        return c;
-    }
-    throw Error("--device '" + spec + "': expected auto, cpu, vulkan or vulkan:N");
+    if (s.index >= static_cast<int>(probe.devices.size()))
+        throw Error(fmt::format("--device {}: {}", spec,
+                                probe.devices.empty() ? none_reason(probe, false)
+                                                      : fmt::format("this machine has Vulkan devices 0 to {}",
+                                                                    probe.devices.size() - 1)));
+    c.vulkan = true;
+    c.index = s.index;
+    return c;
 }
 
 }  // namespace clef::dev

@@ -27,6 +27,9 @@ struct VulkanDeviceInfo {
     bool storage16 = false;    // 16-bit storage buffers (fp16 / bf16 weights read as they are)
     bool int_dot = false;      // shaderIntegerDotProduct (int8 dot products)
     bool coop_matrix = false;  // VK_NV_cooperative_matrix or VK_KHR_cooperative_matrix (tensor cores)
+    // VK_NV_cooperative_matrix with the shape the tensor-core GEMM uses (16 x 16 x 16, fp16 A and B, fp32 C
+    // and D, subgroup scope) and the Vulkan memory model its shaders need: the GEMM's `nv` variant runs here.
+    bool coop_matrix_nv = false;
     uint32_t subgroup_size = 0;
     uint32_t shared_memory = 0;      // maxComputeSharedMemorySize, bytes
     uint64_t max_storage_range = 0;  // maxStorageBufferRange, bytes
@@ -41,6 +44,16 @@ struct VulkanProbe {
     std::string error;
 };
 VulkanProbe probe_vulkan();
+
+// A `--device` spec as written: auto, cpu, vulkan, or vulkan:N (N: up to three digits). Throws clef::Error
+// ("--device 'x': expected auto, cpu, vulkan or vulkan:N") for anything else. Every command reads --device
+// through it (choose_device below; clef info's memory plan).
+struct DeviceSpec {
+    enum class Kind { Auto, Cpu, Vulkan };
+    Kind kind = Kind::Auto;
+    int index = -1;  // vulkan:N; -1 for auto, cpu and vulkan
+};
+DeviceSpec parse_device_spec(const std::string& spec);
 
 // What `--device auto|cpu|vulkan[:N]` picks. auto: the first discrete GPU, else the first integrated one,
 // else the CPU (never a CPU-type Vulkan device such as lavapipe); vulkan: the best Vulkan device of any type
@@ -80,6 +93,13 @@ OpenedDevice open_device(const std::string& spec);
 // kernel of that name fails to build on every device. -1 / "" clears one.
 enum class VulkanFault { OutOfMemory, Lost, Kernel };
 void inject_vulkan_fault(VulkanFault f, int n, const std::string& kernel = "");
+
+// Test hook: every later projection GEMM of this process on a Vulkan device runs with this tile shape
+// (device/vk_device.cpp GemmShape: "large", "medium", "small", or "coopmat": the tensor-core kernel, the
+// device's own where it has VK_NV_cooperative_matrix, else its plain-GLSL emulation) and K split into
+// `slices` slices (0: as the plan decides); "" and 0 let the plan choose again. A shape the device cannot run
+// (shared memory, subgroup size, fp16) is an error at the GEMM.
+void force_vulkan_gemm(const std::string& shape, int slices = 0);
 
 // Messages of severity error the Khronos validation layer reported in this process (it is on where the
 // environment has CLEF_VULKAN_VALIDATION=1; 0 otherwise).

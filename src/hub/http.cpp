@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "util/error.h"
+#include "util/text.h"
 #include "util/version.h"
 
 namespace clef::hub {
@@ -17,11 +18,6 @@ namespace clef::hub {
 namespace {
 
 constexpr int kMaxRedirects = 10;
-
-std::string lower(std::string s) {
-    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-}
 
 std::unique_ptr<httplib::Client> make_client(const std::string& origin) {
     auto c = std::make_unique<httplib::Client>(origin);
@@ -154,11 +150,11 @@ private:
 bool parse_url(const std::string& text, Url& out) {
     const size_t sep = text.find("://");
     if (sep == std::string::npos) return false;
-    const std::string scheme = lower(text.substr(0, sep));
+    const std::string scheme = ascii_lower(text.substr(0, sep));
     if (scheme != "http" && scheme != "https") return false;
     const size_t path = text.find_first_of("/?#", sep + 3);
     std::string host =
-        lower(text.substr(sep + 3, path == std::string::npos ? std::string::npos : path - sep - 3));
+        ascii_lower(text.substr(sep + 3, path == std::string::npos ? std::string::npos : path - sep - 3));
     if (host.empty() || host.find('@') != std::string::npos) return false;
     // The default port is left out, so that equal origins compare equal.
     const std::string default_port = scheme == "https" ? ":443" : ":80";

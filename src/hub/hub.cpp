@@ -16,6 +16,7 @@
 #include "hub/sha256.h"
 #include "util/error.h"
 #include "util/json.h"
+#include "util/text.h"
 
 namespace clef::hub {
 
@@ -32,8 +33,7 @@ std::string env(const char* name) {
 
 // huggingface_hub's reading of a boolean variable.
 bool env_true(const char* name) {
-    std::string v = env(name);
-    for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string v = ascii_lower(env(name));
     return v == "1" || v == "on" || v == "yes" || v == "true";
 }
 

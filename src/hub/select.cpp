@@ -4,19 +4,14 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <string_view>
 
 #include "util/error.h"
+#include "util/text.h"
 
 namespace clef::hub {
 
 namespace {
-
-std::string lower(std::string s) {
-    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-}
 
 bool ends_with(const std::string& s, std::string_view suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -33,7 +28,7 @@ bool unneeded(const std::string& path) {
     static constexpr std::array<std::string_view, 18> kSuffixes = {
         ".md",  ".png",  ".jpg", ".jpeg",    ".gif",  ".webp",   ".svg", ".bin",  ".pt",
         ".pth", ".ckpt", ".h5",  ".msgpack", ".onnx", ".tflite", ".ot",  ".gguf", ".pdf"};
-    const std::string name = lower(base_name(path));
+    const std::string name = ascii_lower(base_name(path));
     if (name == ".gitattributes" || name == ".gitignore") return true;
     return std::any_of(kSuffixes.begin(), kSuffixes.end(),
                        [&](std::string_view s) { return ends_with(name, s); });
@@ -88,11 +83,11 @@ std::vector<std::string> default_selection(const std::vector<std::string>& files
 }  // namespace
 
 bool is_gguf(const std::string& path) {
-    return ends_with(lower(path), ".gguf");
+    return ends_with(ascii_lower(path), ".gguf");
 }
 
 bool is_mmproj(const std::string& path) {
-    return is_gguf(path) && lower(base_name(path)).find("mmproj") != std::string::npos;
+    return is_gguf(path) && ascii_lower(base_name(path)).find("mmproj") != std::string::npos;
 }
 
 bool is_safe_repo_path(const std::string& path) {

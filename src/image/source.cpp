@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "image/base64.h"
+#include "util/text.h"
 
 namespace clef {
 
@@ -12,9 +13,7 @@ namespace {
 bool starts_with_nocase(std::string_view s, std::string_view prefix) {
     if (s.size() < prefix.size()) return false;
     for (size_t i = 0; i < prefix.size(); ++i) {
-        char a = s[i], b = prefix[i];
-        if (a >= 'A' && a <= 'Z') a = static_cast<char>(a - 'A' + 'a');
-        if (a != b) return false;
+        if (ascii_lower(s[i]) != prefix[i]) return false;
     }
     return true;
 }

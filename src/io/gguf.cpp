@@ -351,7 +351,7 @@ public:
         for (uint64_t i = 0; i < n_kv; ++i) read_kv(i);
 
         // Alignment.
-        if (const GgufValue* a = f_.find("general.alignment")) {
+        if (const GgufValue* a = f_.find(gguf_general::kAlignment)) {
             if (a->type() != GgufType::kUint32)
                 fail("metadata key 'general.alignment' is " + a->type_name() + ", expected uint32");
             const uint64_t al = a->as_uint();

@@ -31,6 +31,21 @@
 
 namespace clef {
 
+// llama.cpp's general.* metadata keys (gguf-py's Keys.General) that clef reads or writes; the architectures'
+// own keys are model/gguf_keys.h's (a clef / qwen35 model) and model/gguf_mmproj.h's (a vision tower).
+namespace gguf_general {
+inline constexpr const char* kArchitecture = "general.architecture";
+inline constexpr const char* kType = "general.type";
+inline constexpr const char* kName = "general.name";
+inline constexpr const char* kBasename = "general.basename";
+inline constexpr const char* kAlignment = "general.alignment";
+inline constexpr const char* kFileType = "general.file_type";
+inline constexpr const char* kQuantizationVersion = "general.quantization_version";
+inline constexpr const char* kParameterCount = "general.parameter_count";
+// The quantisation version of the block layouts llama.cpp writes (ggml's GGML_QNT_VERSION).
+inline constexpr uint32_t kQuantizationVersionValue = 2;
+}  // namespace gguf_general
+
 enum class GgufType : uint32_t {
     kUint8 = 0,
     kInt8 = 1,

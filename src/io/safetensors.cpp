@@ -65,18 +65,10 @@ bool convert_to_f32(DType t, const unsigned char* p, size_t n, float* dst) {
             std::memcpy(dst, p, n * 4);
             return true;
         case DType::BF16:
-            for (size_t i = 0; i < n; ++i) {
-                uint16_t h;
-                std::memcpy(&h, p + 2 * i, 2);
-                dst[i] = bf16_to_f32(h);
-            }
+            widen<bf16_to_f32>(p, dst, n);
             return true;
         case DType::F16:
-            for (size_t i = 0; i < n; ++i) {
-                uint16_t h;
-                std::memcpy(&h, p + 2 * i, 2);
-                dst[i] = f16_to_f32(h);
-            }
+            widen<f16_to_f32>(p, dst, n);
             return true;
         case DType::F64:
             for (size_t i = 0; i < n; ++i) {

@@ -107,23 +107,37 @@ struct Backbone::Ctx {
     dev::Stream& s;
     float eps;             // the RMSNorm epsilon
     dev::Tensor cos, sin;  // [T][rotary_dim/2] for this chunk
-    // Times a kind of work into the profile (waiting for the device's queue at the end of it).
+    // Times a kind of work into the profile (waiting for the device's queue at the end of it where the
+    // profile asks: BackboneProfile::sync).
     struct Scope {
         Timer tm;
         dev::Stream* s;
         Scope(double* slot, dev::Stream* st) : tm(slot), s(st) {}
         Scope(const Scope&) = delete;
         ~Scope() {
-            if (tm.slot) s->sync();
+            if (s) s->sync();
         }
     };
-    Scope time(double BackboneProfile::*m) const { return Scope(prof ? &(prof->*m) : nullptr, &s); }
+    Scope time(double BackboneProfile::*m) const {
+        return Scope(prof ? &(prof->*m) : nullptr, prof && prof->sync ? &s : nullptr);
+    }
     // Zero-centred RMSNorm of `rows` rows of d.
     void rms_norm_zc(dev::Span x, int64_t rows, int64_t d, const dev::Tensor& w, dev::Span y) const {
         s.rms_norm(x, rows, d, w.span(), eps, true, y);
     }
     dev::Tensor scratch(int64_t n) const { return s.scratch(n); }
     // A span's values on the host (traces).
+};
+
+// The state of a backbone's layers on a device between chunks (BackboneState::resident): per layer, its conv
+// and delta-rule state, or its K/V cache with room for `capacity` rows of which `rows` are written.
+struct BackboneResident {
+    struct Layer {
+        bool ready = false;
+        dev::Tensor conv, delta, k, v;
+        int64_t rows = 0, capacity = 0;
+    };
+    std::vector<Layer> layers;
 };
 
 Backbone::~Backbone() = default;
@@ -281,11 +295,13 @@ Backbone::Prefill::Prefill(const Backbone& b, BackboneState& state, PrefillInput
                               ? *std::max_element(in_.positions, in_.positions + 3 * in_.T) + int64_t{1}
                               : in_.T;
     buf_.resize(static_cast<size_t>(std::min(chunk_, in_.T) * b_.cfg_.hidden_size));
+    state_.kv_reserve = in_.T;
     // The K/V cache at its final size from the start: no reallocation (and no old copy beside the new one)
     // as the chunks append their rows.
     const size_t kv = static_cast<size_t>(in_.T) * b_.cfg_.num_kv_heads * b_.cfg_.head_dim;
     for (size_t l = 0; l < state_.layers.size(); ++l) {
-        if (b_.layers_[l].type != LayerType::FullAttention) continue;
+        if (b_.layers_[l].type != LayerType::FullAttention || !b_.device_of(static_cast<int>(l)).is_cpu())
+            continue;
         BackboneState::Layer& S = state_.layers[l];
         if (kv_as_bf16(S, opt_.kv_bf16)) {
             S.kb.reserve(kv), S.vb.reserve(kv);
@@ -295,7 +311,7 @@ Backbone::Prefill::Prefill(const Backbone& b, BackboneState& state, PrefillInput
     }
 }
 
-void Backbone::Prefill::step(const RowSink& sink) {
+void Backbone::Prefill::step(const RowSink& sink, const DeviceRowSink* on_device) {
     const int64_t H = b_.cfg_.hidden_size, t0 = state_.position;
     if (t0 >= in_.T) return;
     while (next_stop_ < in_.stops.size() && in_.stops[next_stop_] <= t0) ++next_stop_;
@@ -306,14 +322,19 @@ void Backbone::Prefill::step(const RowSink& sink) {
         std::copy_n(in_.embeddings + t0 * H, n * H, buf_.data());
     else
         b_.embed_into(in_.ids + t0, n, buf_.data());
+    const bool stay = on_device && !b_.output_device().is_cpu();
+    const DeviceRowSink at_t0 = [&](dev::Stream& s, dev::Span rows, int64_t m, int64_t) {
+        (*on_device)(s, rows, m, t0);
+    };
     b_.forward_chunk(state_, buf_.data(), n, in_.positions ? in_.positions + t0 : nullptr, in_.T, opt_,
-                     buf_.data(), trace_, profile_);
-    sink(buf_.data(), n, t0);
+                     stay ? nullptr : buf_.data(), trace_, profile_, stay ? &at_t0 : nullptr);
+    sink(stay ? nullptr : buf_.data(), n, t0);
 }
 
 void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const int32_t* positions,
                              int64_t positions_stride, const BackboneOptions& opt, float* out,
-                             BackboneTrace* trace, BackboneProfile* profile) const {
+                             BackboneTrace* trace, BackboneProfile* profile,
+                             const DeviceRowSink* on_device) const {
     const int64_t H = cfg_.hidden_size;
     if (T < 0) throw Error("forward_chunk: negative token count");
     if (static_cast<int>(st.layers.size()) != cfg_.num_layers)
@@ -334,9 +355,15 @@ void Backbone::forward_chunk(BackboneState& st, const float* x, int64_t T, const
         c.s.upload(h.span(), first ? x : carry.data());
         run_layers(st, l0, l1, h, xn, mix, positions, positions_stride, T, c, trace);
         if (last) {
-            auto tm = c.time(&BackboneProfile::norms);
-            c.rms_norm_zc(h.span(), T, H, final_norm_, xn.span());
-            c.s.download(out, xn.span());
+            {
+                auto tm = c.time(&BackboneProfile::norms);
+                c.rms_norm_zc(h.span(), T, H, final_norm_, xn.span());
+            }
+            if (on_device && !device.is_cpu()) (*on_device)(c.s, xn.span(), T, st.position);
+            if (out)
+                c.s.download(out, xn.span());
+            else
+                c.s.sync();
         } else {
             carry.resize(static_cast<size_t>(T * H));
             c.s.download(carry.data(), h.span());
@@ -378,11 +405,11 @@ void Backbone::run_layers(BackboneState& st, int l0, int l1, const dev::Tensor& 
             c.rms_norm_zc(h.span(), T, H, L.input_norm, xn.span());
         }
         if (trace) trace->layers[l].input_norm = c.s.read(xn.span());
+        const LayerState S = layer_state(st, l, T, c);
         if (L.type == LayerType::LinearAttention)
-            gdn_mixer(L, st.layers[l], xn.span(), T, c, mix.span(),
-                      internals ? &trace->layers[l].gdn : nullptr);
+            gdn_mixer(L, S, xn.span(), T, c, mix.span(), internals ? &trace->layers[l].gdn : nullptr);
         else
-            attention_mixer(L, st.layers[l], xn.span(), T, c, mix.span(),
+            attention_mixer(L, S, xn.span(), T, c, mix.span(),
                             internals ? &trace->layers[l].attention : nullptr);
         if (trace) trace->layers[l].mixer_out = c.s.read(mix.span());
         {
@@ -399,17 +426,14 @@ void Backbone::run_layers(BackboneState& st, int l0, int l1, const dev::Tensor& 
     }
 }
 
-void Backbone::gdn_mixer(const Layer& L, BackboneState::Layer& S, dev::Span xn, int64_t T, Ctx& c,
-                         dev::Span out, BackboneTrace::Gdn* tr) const {
+void Backbone::gdn_mixer(const Layer& L, const LayerState& S, dev::Span xn, int64_t T, Ctx& c, dev::Span out,
+                         BackboneTrace::Gdn* tr) const {
     const GdnWeights& w = L.gdn;
     const int Hk = cfg_.linear_num_key_heads, Hv = cfg_.linear_num_value_heads;
     const int dk = cfg_.linear_key_head_dim, dv = cfg_.linear_value_head_dim;
     const int64_t key_dim = int64_t{Hk} * dk, value_dim = int64_t{Hv} * dv;
     const int64_t conv_dim = 2 * key_dim + value_dim;
     dev::Stream& s = c.s;
-    // The layer's state on the device for this chunk (the CPU's is the state itself).
-    const dev::Tensor conv_state = c.dev.wrap(S.conv.data(), static_cast<int64_t>(S.conv.size()));
-    const dev::Tensor delta_state = c.dev.wrap(S.delta.data(), static_cast<int64_t>(S.delta.size()));
 
     // Projections: qkv (convolved), z (output gate), b (beta), a (decay input).
     dev::Tensor qkv = c.scratch(T * conv_dim), conv = c.scratch(T * conv_dim), z = c.scratch(T * value_dim),
@@ -424,8 +448,7 @@ void Backbone::gdn_mixer(const Layer& L, BackboneState::Layer& S, dev::Span xn, 
     dev::Tensor q = c.scratch(T * key_dim), k = c.scratch(T * key_dim);
     {
         auto tm = c.time(&BackboneProfile::gdn_conv_gates);
-        s.conv1d_silu(qkv.span(), T, conv_dim, w.conv.span(), cfg_.linear_conv_kernel, conv_state.span(),
-                      conv.span());
+        s.conv1d_silu(qkv.span(), T, conv_dim, w.conv.span(), cfg_.linear_conv_kernel, S.conv, conv.span());
         qkv = {};
         // q, k: L2-normalised per head (q also scaled by 1/sqrt(dk)); v stays in the conv output.
         const float q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
@@ -443,7 +466,7 @@ void Backbone::gdn_mixer(const Layer& L, BackboneState::Layer& S, dev::Span xn, 
         d.q = q.span(), d.q_ld = key_dim;
         d.k = k.span(), d.k_ld = key_dim;
         d.v = conv.at(2 * key_dim, T * conv_dim - 2 * key_dim), d.v_ld = conv_dim;
-        d.beta = b.span(), d.g = a.span(), d.out = o.span(), d.state = delta_state.span();
+        d.beta = b.span(), d.g = a.span(), d.out = o.span(), d.state = S.delta;
         d.chunked = c.opt.chunked_delta_rule;
         s.delta_rule(d);
     }
@@ -478,31 +501,127 @@ void Backbone::gdn_mixer(const Layer& L, BackboneState::Layer& S, dev::Span xn, 
 
 namespace {
 
-// Grows the layer's K/V cache (fp32 or bf16 bits) by T rows of kvdim and returns it on the device: the
-// cache as it will be after this chunk, its last T rows still to be written.
-std::pair<dev::Tensor, dev::Tensor> grow_kv(dev::Device& device, BackboneState::Layer& S, int64_t T,
-                                            int64_t kvdim, bool bf16) {
+// Grows a CPU layer's K/V cache (fp32 or bf16 bits) by T rows of kvdim and returns it wrapped: the cache as
+// it will be after this chunk, its last T rows still to be written.
+void grow_kv(BackboneState::Layer& S, int64_t T, int64_t kvdim, bool bf16, dev::Tensor (&hold)[4]) {
     const int64_t rows = S.kv_rows(kvdim) + T;
+    dev::Device& cpu = dev::cpu();
     if (kv_as_bf16(S, bf16)) {
         S.kb.resize(rows * kvdim), S.vb.resize(rows * kvdim);
-        return {device.wrap(S.kb.data(), rows * kvdim, dev::Elem::BF16),
-                device.wrap(S.vb.data(), rows * kvdim, dev::Elem::BF16)};
+        hold[2] = cpu.wrap(S.kb.data(), rows * kvdim, dev::Elem::BF16);
+        hold[3] = cpu.wrap(S.vb.data(), rows * kvdim, dev::Elem::BF16);
+        return;
     }
     S.k.resize(rows * kvdim), S.v.resize(rows * kvdim);
-    return {device.wrap(S.k.data(), rows * kvdim), device.wrap(S.v.data(), rows * kvdim)};
+    hold[2] = cpu.wrap(S.k.data(), rows * kvdim), hold[3] = cpu.wrap(S.v.data(), rows * kvdim);
+}
+
+// A device layer's K/V cache made (or grown) to `capacity` rows, its `rows` rows copied in from the host
+// vectors (fp32, or bf16 bits where they hold those or, for a new cache, where kv_bf16 asks).
+void make_kv(BackboneResident::Layer& r, BackboneState::Layer& S, int64_t capacity, int64_t kvdim,
+             bool kv_bf16, dev::Device& d, dev::Stream& s) {
+    const bool bf16 = kv_as_bf16(S, kv_bf16);
+    const dev::Elem e = bf16 ? dev::Elem::BF16 : dev::Elem::F32;
+    r.k = d.buffer(capacity * kvdim, e), r.v = d.buffer(capacity * kvdim, e);
+    r.capacity = capacity;
+    if (r.rows == 0) return;
+    s.upload(r.k.at(0, r.rows * kvdim), bf16 ? static_cast<const void*>(S.kb.data()) : S.k.data());
+    s.upload(r.v.at(0, r.rows * kvdim), bf16 ? static_cast<const void*>(S.vb.data()) : S.v.data());
+}
+
+// Records the copies of a device layer's state back into its host vectors (made at the stream's next sync):
+// the conv and delta-rule state whole, the K/V rows [kv_from, rows).
+void fetch_layer(const BackboneResident::Layer& r, BackboneState::Layer& S, int64_t kv_from, int64_t kvdim,
+                 dev::Stream& s) {
+    if (!r.ready) return;
+    if (!r.conv.empty()) {
+        s.fetch(S.conv.data(), r.conv.span());
+        s.fetch(S.delta.data(), r.delta.span());
+        return;
+    }
+    const bool bf16 = r.k.span().elem == dev::Elem::BF16;
+    const int64_t n = r.rows * kvdim, o = std::min(kv_from, r.rows) * kvdim;
+    if (bf16)
+        S.kb.resize(n), S.vb.resize(n);
+    else
+        S.k.resize(n), S.v.resize(n);
+    if (o == n) return;
+    s.fetch(bf16 ? static_cast<void*>(S.kb.data() + o) : S.k.data() + o, r.k.at(o, n - o));
+    s.fetch(bf16 ? static_cast<void*>(S.vb.data() + o) : S.v.data() + o, r.v.at(o, n - o));
 }
 
 }  // namespace
 
-void Backbone::attention_mixer(const Layer& L, BackboneState::Layer& S, dev::Span xn, int64_t T, Ctx& c,
+void Backbone::to_host(BackboneState& st, int64_t kv_from) const {
+    if (!st.resident) return;
+    const std::unique_ptr<dev::Stream> s = device_.stream({});
+    const int64_t kvdim = int64_t{cfg_.num_kv_heads} * cfg_.head_dim;
+    for (int l = 0; l < cfg_.num_layers; ++l)
+        fetch_layer(st.resident->layers[l], st.layers[l], kv_from, kvdim, *s);
+    s->sync();
+}
+
+Backbone::LayerState Backbone::layer_state(BackboneState& st, int l, int64_t T, Ctx& c) const {
+    BackboneState::Layer& S = st.layers[l];
+    LayerState out;
+    const bool gdn = layers_[l].type == LayerType::LinearAttention;
+    const int64_t kvdim = int64_t{cfg_.num_kv_heads} * cfg_.head_dim;
+    if (c.dev.is_cpu()) {  // the state vectors themselves
+        if (gdn) {
+            out.hold[0] = c.dev.wrap(S.conv.data(), static_cast<int64_t>(S.conv.size()));
+            out.hold[1] = c.dev.wrap(S.delta.data(), static_cast<int64_t>(S.delta.size()));
+            out.conv = out.hold[0].span(), out.delta = out.hold[1].span();
+            return out;
+        }
+        out.p0 = S.kv_rows(kvdim);
+        grow_kv(S, T, kvdim, c.opt.kv_bf16, out.hold);
+        out.k = out.hold[2].span(), out.v = out.hold[3].span();
+        return out;
+    }
+    if (!st.resident) {
+        st.resident = std::make_shared<BackboneResident>();
+        st.resident->layers.resize(cfg_.num_layers);
+    }
+    BackboneResident::Layer& r = st.resident->layers[l];
+    if (gdn) {
+        if (!r.ready) {  // the host's state in, once (a fresh one, all zeros, made on the device)
+            r.conv = c.dev.buffer(static_cast<int64_t>(S.conv.size()));
+            r.delta = c.dev.buffer(static_cast<int64_t>(S.delta.size()));
+            if (st.position == 0) {
+                c.s.zero(r.conv.span()), c.s.zero(r.delta.span());
+            } else {
+                c.s.upload(r.conv.span(), S.conv.data());
+                c.s.upload(r.delta.span(), S.delta.data());
+            }
+            r.ready = true;
+        }
+        out.conv = r.conv.span(), out.delta = r.delta.span();
+        return out;
+    }
+    if (!r.ready) {
+        r.rows = S.kv_rows(kvdim);
+        make_kv(r, S, std::max(r.rows + T, st.kv_reserve), kvdim, c.opt.kv_bf16, c.dev, c.s);
+        r.ready = true;
+    } else if (r.rows + T > r.capacity) {  // past the reserve: through the host into a larger cache
+        fetch_layer(r, S, 0, kvdim, c.s);
+        c.s.sync();
+        make_kv(r, S, std::max(2 * r.capacity, r.rows + T), kvdim, c.opt.kv_bf16, c.dev, c.s);
+    }
+    out.p0 = r.rows;
+    out.k = r.k.at(0, (r.rows + T) * kvdim), out.v = r.v.at(0, (r.rows + T) * kvdim);
+    r.rows += T;
+    return out;
+}
+
+void Backbone::attention_mixer(const Layer& L, const LayerState& S, dev::Span xn, int64_t T, Ctx& c,
                                dev::Span out, BackboneTrace::Attention* tr) const {
     const AttentionWeights& w = L.attn;
     const int nh = cfg_.num_heads, nkv = cfg_.num_kv_heads, hd = cfg_.head_dim;
     const int64_t qdim = int64_t{nh} * hd, kvdim = int64_t{nkv} * hd;
     const bool gated = cfg_.attn_output_gate;
     dev::Stream& s = c.s;
-    const int64_t p0 = S.kv_rows(kvdim);  // cache rows before this chunk
-    const auto [kc, vc] = grow_kv(c.dev, S, T, kvdim, c.opt.kv_bf16);
+    const int64_t p0 = S.p0;  // cache rows before this chunk
+    const dev::Span kc = S.k, vc = S.v;
 
     dev::Tensor qg = c.scratch(T * (gated ? 2 * qdim : qdim)), k = c.scratch(T * kvdim),
                 v = c.scratch(T * kvdim);
@@ -533,7 +652,7 @@ void Backbone::attention_mixer(const Layer& L, BackboneState::Layer& S, dev::Spa
         dev::Attention at;
         at.T = T, at.p0 = p0, at.nh = nh, at.nkv = nkv, at.hd = hd;
         at.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-        at.q = q.span(), at.k = kc.span(), at.v = vc.span(), at.out = attn.span();
+        at.q = q.span(), at.k = kc, at.v = vc, at.out = attn.span();
         s.attention(at);
     }
     if (tr) tr->attn = c.s.read(attn.span());
@@ -577,6 +696,8 @@ bool parse_precision(const std::string& s, ops::Precision& out) {
         out = ops::Precision::BF16;
     else if (s == "int8")
         out = ops::Precision::Int8;
+    else if (s == "fp16")
+        out = ops::Precision::F16;
     else
         return false;
     return true;

@@ -38,11 +38,14 @@ struct BackboneOptions {
     bool kv_bf16 = false;
 };
 
-// "exact" / "bf16" / "int8" (the CLI spelling) -> Precision; false for anything else.
+// "exact" / "bf16" / "int8" / "fp16" (the CLI spelling) -> Precision; false for anything else.
 bool parse_precision(const std::string& s, ops::Precision& out);
 
 // Wall-clock seconds per kind of work, accumulated over forward_chunk calls when a profile is passed.
 struct BackboneProfile {
+    // Waits for a device's queue at the end of each kind of work, so the times below are the work's own
+    // (clef bench --profile); without it a GPU's work is timed as recorded and runs as one queue per chunk.
+    bool sync = false;
     double embed = 0, norms = 0;               // embedding rows, RMSNorms + residual adds
     double gdn_proj = 0, gdn_conv_gates = 0;   // GDN in/out projections; conv, L2 norms, gates, gated norm
     double delta_rule = 0;                     // the gated delta rule
@@ -70,6 +73,14 @@ struct BackboneState {
         }
     };
     std::vector<Layer> layers;
+    // On a device other than the CPU the state of its layers stays there from chunk to chunk
+    // (model/backbone.cpp BackboneResident): the vectors above then hold what was last copied in or back,
+    // and Backbone::to_host copies it back where the host needs it (the state cache's snapshots). A copy of a
+    // state shares it.
+    std::shared_ptr<struct BackboneResident> resident;
+    // Rows the K/V caches on a device are made for (the whole prompt, set by Backbone::Prefill); a chunk past
+    // them grows the caches through the host.
+    int64_t kv_reserve = 0;
 };
 
 // Backbone FLOPs of a prefill of T tokens from the config (multiply-adds count 2): every projection and MLP
@@ -147,6 +158,8 @@ public:
     Backbone& operator=(const Backbone&) = delete;
 
     const TextConfig& config() const { return cfg_; }
+    // The device of the last layer and the final norm: where a chunk's last_hidden_state rows are made.
+    dev::Device& output_device() const { return device_of(cfg_.num_layers - 1); }
     // The layers on the constructor's device (the others run on the CPU).
     int device_layers() const { return device_layers_; }
     // The detected tensor-name prefix ("model.language_model." or "model.").
@@ -179,6 +192,11 @@ public:
     // rows are not kept, so activation memory is O(chunk). Prefill below runs it chunk by chunk, for callers
     // that interleave prompts.
     using RowSink = std::function<void(const float* rows, int64_t n, int64_t first)>;
+    // Where the rows may stay on the device: called with the chunk's stream and its last_hidden_state rows
+    // there before the stream runs, to queue more work on them (the joint head's features); the RowSink then
+    // gets rows = nullptr. Used only where the last layer runs on a device other than the CPU
+    // (output_device()).
+    using DeviceRowSink = std::function<void(dev::Stream& s, dev::Span rows, int64_t n, int64_t first)>;
     struct PrefillInput {
         int64_t T = 0;
         const int32_t* ids = nullptr;
@@ -195,7 +213,7 @@ public:
         Prefill(const Backbone& b, BackboneState& state, PrefillInput in, const BackboneOptions& opt,
                 BackboneProfile* profile = nullptr, BackboneTrace* trace = nullptr);
         bool done() const { return state_.position >= in_.T; }
-        void step(const RowSink& sink);
+        void step(const RowSink& sink, const DeviceRowSink* on_device = nullptr);
 
     private:
         const Backbone& b_;
@@ -216,9 +234,16 @@ public:
     // alias x). positions: axis a of chunk token t at positions[a * positions_stride + t], or nullptr for
     // text positions state.position + t on all axes. With a trace, the trace holds this chunk only.
     BackboneState start() const;
+    // The state of the layers on a device (BackboneState::resident) copied back into the state's vectors:
+    // the conv and delta-rule state whole, the K/V rows from kv_from on (the rows before it keep what the
+    // vectors held). Nothing to do for the CPU's layers, whose state is the vectors themselves.
+    void to_host(BackboneState& state, int64_t kv_from) const;
+    // With on_device (and the last layer on a device other than the CPU) the rows go to it (DeviceRowSink)
+    // and out may be nullptr: then they stay on the device.
     void forward_chunk(BackboneState& state, const float* x, int64_t n, const int32_t* positions,
                        int64_t positions_stride, const BackboneOptions& opt, float* out,
-                       BackboneTrace* trace = nullptr, BackboneProfile* profile = nullptr) const;
+                       BackboneTrace* trace = nullptr, BackboneProfile* profile = nullptr,
+                       const DeviceRowSink* on_device = nullptr) const;
 
 private:
     // The weights by role (model/tensors.h names them, model/text_weights.h holds them on the device).
@@ -229,11 +254,19 @@ private:
     };
     void load_tensor(const TensorSpec& s, const WeightSource& src, ops::Residency quant_residency, bool int8);
     struct Ctx;  // per-chunk stream, scratch and options (backbone.cpp)
+    // One layer's state on the device that runs it, for a chunk: the conv and delta-rule state (GDN), or
+    // the K/V cache with room for the chunk's rows after the p0 rows it holds (attention).
+    struct LayerState {
+        dev::Span conv, delta, k, v;
+        int64_t p0 = 0;
+        dev::Tensor hold[4];  // a CPU layer's state vectors wrapped for the chunk
+    };
+    LayerState layer_state(BackboneState& st, int l, int64_t T, Ctx& c) const;
 
-    void gdn_mixer(const Layer& L, BackboneState::Layer& S, dev::Span xn, int64_t T, Ctx& c, dev::Span out,
+    void gdn_mixer(const Layer& L, const LayerState& S, dev::Span xn, int64_t T, Ctx& c, dev::Span out,
                    BackboneTrace::Gdn* tr) const;
-    void attention_mixer(const Layer& L, BackboneState::Layer& S, dev::Span xn, int64_t T, Ctx& c,
-                         dev::Span out, BackboneTrace::Attention* tr) const;
+    void attention_mixer(const Layer& L, const LayerState& S, dev::Span xn, int64_t T, Ctx& c, dev::Span out,
+                         BackboneTrace::Attention* tr) const;
     void mlp(const Layer& L, dev::Span xn, int64_t T, Ctx& c, dev::Span out) const;
     void run_layers(BackboneState& st, int l0, int l1, const dev::Tensor& h, const dev::Tensor& xn,
                     const dev::Tensor& mix, const int32_t* positions, int64_t positions_stride, int64_t T,

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "image/preprocess.h"
+#include "io/gguf.h"
 #include "io/weight_source.h"
 #include "model/config.h"
 
@@ -21,8 +22,8 @@ namespace clef {
 // llama.cpp's mmproj metadata keys (gguf-py's Keys.General / Keys.Clip / Keys.ClipVision) clef writes and
 // reads.
 namespace mmproj_key {
-inline constexpr const char* kArchitecture = "general.architecture";  // "clip"
-inline constexpr const char* kType = "general.type";                  // "mmproj"
+inline constexpr const char* kArchitecture = gguf_general::kArchitecture;  // "clip"
+inline constexpr const char* kType = gguf_general::kType;                  // "mmproj"
 inline constexpr const char* kProjectorType = "clip.projector_type";
 inline constexpr const char* kVisionProjectorType =
     "clip.vision.projector_type";  // files of several modalities

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "io/model_dir.h"
+#include "model/gguf_keys.h"
 #include "quant/quant.h"
 #include "util/error.h"
 #include "util/text.h"
@@ -296,105 +297,104 @@ std::vector<uint64_t> gguf_dims(const TensorSpec& s) {
 
 namespace {
 
-// llama.cpp's rope.scaling keys under A back into transformers' rope_parameters rp: none, linear and yarn
-// (what clef convert writes: tools/gguf_convert.cpp); config parsing validates the values.
-void read_rope_scaling(const GgufFile& f, const std::string& A, nlohmann::json& rp) {
-    const std::string P = A + "rope.scaling.";
-    const std::string type = f.get_string(P + "type", "none");
+// The fields of a metadata table's rows (model/gguf_keys.h) under prefix A from the file into `config` (JSON
+// pointers into it): the RoPE scaling's rows when `scaling`, the others otherwise. A required key must be
+// there; an optional one is read where it is.
+template <class Config>
+void read_keys(const GgufFile& f, const std::string& A, std::span<const GgufMetaKey<Config>> keys,
+               bool scaling, nlohmann::json& config) {
+    for (const GgufMetaKey<Config>& k : keys) {
+        const std::string key = A + k.name;
+        if (!k.field || ((k.uses & kGgufScaling) != 0) != scaling) continue;
+        if (!(k.uses & kGgufRequired) && !f.contains(key)) continue;
+        nlohmann::json& v = config[nlohmann::json::json_pointer(k.field)];
+        switch (k.type) {
+            case GgufKeyType::UInt32:
+                v = meta_int(f, key);
+                break;
+            case GgufKeyType::Float32:
+                v = f.get_float(key);
+                break;
+            case GgufKeyType::String:
+                v = f.get_string(key);
+                break;
+            case GgufKeyType::Int32Array:
+                v = f.get_int_array(key);
+                break;
+        }
+    }
+}
+
+// llama.cpp's rope.scaling keys under A back into transformers' rope_parameters in text config tc: none,
+// linear and yarn (what clef convert writes: tools/gguf_convert.cpp); config parsing validates the values.
+void read_rope_scaling(const GgufFile& f, const std::string& A, nlohmann::json& tc) {
+    const std::string P = A + gguf_key::kRopeScalingType, M = A + gguf_key::kRopeScalingLogMultiplier;
+    const std::string type = f.get_string(P, "none");
     if (type == "none") return;
     if (type != "linear" && type != "yarn")
-        throw Error(f.path() + ": " + P + "type '" + type + "' is not supported (none, linear or yarn)");
-    if (f.contains(P + "yarn_log_multiplier") && f.get_float(P + "yarn_log_multiplier") != 0)
-        throw Error(f.path() + ": " + P + "yarn_log_multiplier is not supported");
-    rp["rope_type"] = type;
-    const std::pair<const char*, const char*> keys[] = {{"factor", "factor"},
-                                                        {"yarn_beta_fast", "beta_fast"},
-                                                        {"yarn_beta_slow", "beta_slow"},
-                                                        {"yarn_attn_factor", "attention_factor"}};
-    for (const auto& [gguf_key, hf_key] : keys)
-        if (f.contains(P + gguf_key)) rp[hf_key] = f.get_float(P + gguf_key);
-    if (f.contains(P + "original_context_length"))
-        rp["original_max_position_embeddings"] = meta_int(f, P + "original_context_length");
+        throw Error(f.path() + ": " + P + " '" + type + "' is not supported (none, linear or yarn)");
+    if (f.contains(M) && f.get_float(M) != 0) throw Error(f.path() + ": " + M + " is not supported");
+    read_keys(f, A, gguf_text_keys(), true, tc);
+}
+
+// config.json's text_config from the backbone's keys under A and the embedding table's shape.
+nlohmann::json text_config_json(const GgufFile& f, const std::string& A) {
+    const std::string embd_name = text_gguf_name(TextWeight::Embed);
+    const GgufTensorInfo* embd = f.find_tensor(embd_name);
+    if (!embd || embd->dims.size() != 2) throw Error(f.path() + ": missing 2-D tensor " + embd_name);
+    nlohmann::json tc = {{"model_type", "qwen3_5_text"},
+                         {"rope_parameters", {{"rope_type", "default"}, {"mrope_interleaved", true}}}};
+    read_keys(f, A, gguf_text_keys(), false, tc);
+    const int64_t n_layers = tc["num_hidden_layers"], interval = tc["full_attention_interval"];
+    if (n_layers <= 0 || n_layers > 4096 || interval <= 0)
+        throw Error(f.path() + ": bad block_count / full_attention_interval");
+    // The fields llama.cpp's keys give back through others: the rotary fraction of the key length, three
+    // MRoPE sections of four, the value head width from all value heads' and their count.
+    const int64_t head_dim = tc["head_dim"], rot = meta_int(f, A + gguf_key::kRopeDimensionCount);
+    std::vector<int64_t> sec = f.get_int_array(A + gguf_key::kRopeDimensionSections);
+    sec.resize(3, 0);
+    nlohmann::json& rp = tc["rope_parameters"];
+    rp["partial_rotary_factor"] = head_dim > 0 ? static_cast<double>(rot) / head_dim : 0.0;
+    rp["mrope_section"] = sec;
+    read_rope_scaling(f, A, tc);
+    const int64_t hv = tc["linear_num_value_heads"];
+    tc["linear_value_head_dim"] = hv > 0 ? meta_int(f, A + gguf_key::kSsmInnerSize) / hv : 0;
+    if (!tc.contains("max_position_embeddings")) tc["max_position_embeddings"] = 262144;
+    tc["vocab_size"] = embd->dims[1];
+    tc["tie_word_embeddings"] = f.find_tensor(text_gguf_name(TextWeight::LmHead)) == nullptr;
+    return tc;
+}
+
+// joint_head_config.json from the head's keys under A and its tensors' shapes (the width of the memory
+// projection, the feed-forward width of the first layer).
+HeadConfig head_config_of(const GgufFile& f, const std::string& A, const TextConfig& c) {
+    const ModuleIndex names = head_module_names();
+    const std::string mem_name = names.at(HeadModule::MemoryProjection).gguf,
+                      up_name = names.at(HeadModule::FeedforwardIn, 0).gguf;  // dec.blk.0's
+    const GgufTensorInfo* mem = f.find_tensor(mem_name);
+    const GgufTensorInfo* up = f.find_tensor(up_name);
+    if (!mem || !up || mem->dims.size() != 2 || up->dims.size() != 2)
+        throw Error(f.path() + ": missing head tensors " + mem_name + " / " + up_name);
+    nlohmann::json hj = {
+        {"hidden_size", c.hidden_size}, {"width", mem->dims[1]}, {"feedforward", up->dims[1]}};
+    read_keys(f, A, gguf_head_keys(), false, hj);
+    return parse_head_config(hj.dump(), f.path() + " (decision metadata)");
 }
 
 }  // namespace
 
-GgufModelConfig read_gguf_model_config(const GgufFile& file) {
-    const GgufFile* f = &file;
-    const std::string& path = file.path();
+GgufModelConfig read_gguf_model_config(const GgufFile& f) {
     GgufModelConfig m;
-    m.arch = f->get_string("general.architecture");
+    m.arch = f.get_string(gguf_general::kArchitecture);
     if (m.arch != "clef" && m.arch != "qwen35")
-        throw Error(path + ": general.architecture '" + m.arch + "' is not supported (clef or qwen35)");
+        throw Error(f.path() + ": " + gguf_general::kArchitecture + " '" + m.arch +
+                    "' is not supported (clef or qwen35)");
     const std::string A = m.arch + ".";
-
-    // config.json equivalent.
-    const std::string embd_name = text_gguf_name(TextWeight::Embed);
-    const GgufTensorInfo* embd = f->find_tensor(embd_name);
-    if (!embd || embd->dims.size() != 2) throw Error(path + ": missing 2-D tensor " + embd_name);
-    nlohmann::json tc;
-    const int64_t n_layers = meta_int(*f, A + "block_count");
-    const int64_t interval = meta_int(*f, A + "full_attention_interval");
-    if (n_layers <= 0 || n_layers > 4096 || interval <= 0)
-        throw Error(path + ": bad block_count / full_attention_interval");
-    const int64_t head_dim = meta_int(*f, A + "attention.key_length");
-    const int64_t rot = meta_int(*f, A + "rope.dimension_count");
-    std::vector<int64_t> sec = f->get_int_array(A + "rope.dimension_sections");
-    sec.resize(3, 0);
-    tc["vocab_size"] = embd->dims[1];
-    tc["hidden_size"] = meta_int(*f, A + "embedding_length");
-    tc["intermediate_size"] = meta_int(*f, A + "feed_forward_length");
-    tc["num_hidden_layers"] = n_layers;
-    tc["full_attention_interval"] = interval;
-    tc["num_attention_heads"] = meta_int(*f, A + "attention.head_count");
-    tc["num_key_value_heads"] = meta_int(*f, A + "attention.head_count_kv");
-    tc["head_dim"] = head_dim;
-    tc["rms_norm_eps"] = f->get_float(A + "attention.layer_norm_rms_epsilon");
-    tc["rope_parameters"] = {
-        {"rope_type", "default"},
-        {"rope_theta", f->get_float(A + "rope.freq_base")},
-        {"partial_rotary_factor", head_dim > 0 ? static_cast<double>(rot) / head_dim : 0.0},
-        {"mrope_section", sec},
-        {"mrope_interleaved", true}};
-    read_rope_scaling(*f, A, tc["rope_parameters"]);
-    const int64_t hk = meta_int(*f, A + "ssm.group_count"), hv = meta_int(*f, A + "ssm.time_step_rank");
-    tc["linear_num_key_heads"] = hk;
-    tc["linear_num_value_heads"] = hv;
-    tc["linear_key_head_dim"] = meta_int(*f, A + "ssm.state_size");
-    tc["linear_value_head_dim"] = hv > 0 ? meta_int(*f, A + "ssm.inner_size") / hv : 0;
-    tc["linear_conv_kernel_dim"] = meta_int(*f, A + "ssm.conv_kernel");
-    if (f->contains(A + "ssm.norm_gate")) tc["output_gate_type"] = f->get_string(A + "ssm.norm_gate");
-    tc["max_position_embeddings"] =
-        f->contains(A + "context_length") ? meta_int(*f, A + "context_length") : 262144;
-    tc["tie_word_embeddings"] = f->find_tensor(text_gguf_name(TextWeight::LmHead)) == nullptr;
-    nlohmann::json cj = {{"architectures", {"Qwen3_5ForConditionalGeneration"}},
-                         {"model_type", "qwen3_5"},
-                         {"text_config", tc}};
-    tc["model_type"] = "qwen3_5_text";
-    cj["text_config"] = tc;
-    m.config = parse_model_config(cj.dump(), path + " (metadata)");
-
-    if (m.arch == "clef") {
-        const TextConfig& c = m.config.text;
-        HeadConfig h;
-        const ModuleIndex names = head_module_names();
-        const std::string mem_name = names.at(HeadModule::MemoryProjection).gguf,
-                          up_name = names.at(HeadModule::FeedforwardIn, 0).gguf;  // dec.blk.0's
-        const GgufTensorInfo* mem = f->find_tensor(mem_name);
-        const GgufTensorInfo* up = f->find_tensor(up_name);
-        if (!mem || !up || mem->dims.size() != 2 || up->dims.size() != 2)
-            throw Error(path + ": missing head tensors " + mem_name + " / " + up_name);
-        h.hidden_size = c.hidden_size;
-        h.width = static_cast<int>(mem->dims[1]);
-        h.feedforward = static_cast<int>(up->dims[1]);
-        h.routing_layers = static_cast<int>(meta_int(*f, A + "decision.routing_block_count"));
-        h.layers = static_cast<int>(meta_int(*f, A + "decision.block_count"));
-        h.heads = static_cast<int>(meta_int(*f, A + "decision.head_count"));
-        nlohmann::json hj = {
-            {"hidden_size", h.hidden_size}, {"width", h.width}, {"routing_layers", h.routing_layers},
-            {"layers", h.layers},           {"heads", h.heads}, {"feedforward", h.feedforward}};
-        m.head_config = parse_head_config(hj.dump(), path + " (decision metadata)");
-    }
+    const nlohmann::json cj = {{"architectures", {"Qwen3_5ForConditionalGeneration"}},
+                               {"model_type", "qwen3_5"},
+                               {"text_config", text_config_json(f, A)}};
+    m.config = parse_model_config(cj.dump(), f.path() + " (metadata)");
+    if (m.arch == "clef") m.head_config = head_config_of(f, A, m.config.text);
     return m;
 }
 

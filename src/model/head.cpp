@@ -180,6 +180,12 @@ struct Pass {
         return device.wrap(const_cast<float*>(v.data()), static_cast<int64_t>(v.size()));
     }
     void linear(const Dense& d, dev::Span x, int64_t rows, dev::Span y) const { s.linear(*d, x, rows, y); }
+    // The memory rows [T][W] as a span: where the builder left them on the device, else the host's wrapped.
+    dev::Span memory(const HeadFeatures& ft, dev::Tensor& hold) const {
+        if (!ft.memory_on_device.empty()) return ft.memory_on_device.span();
+        hold = wrap(ft.memory);
+        return hold.span();
+    }
     void norm(const Norm& n, dev::Span x, int64_t rows, dev::Span y) const {
         s.layer_norm(x, rows, n.d, n.w.span(), n.b.span(), 1e-5f, y);  // torch's default eps
     }
@@ -355,6 +361,9 @@ JointHead::JointHead(const HeadConfig& cfg, const WeightSource& head_weights, bo
 const HeadConfig& JointHead::config() const {
     return w_->cfg;
 }
+dev::Device& JointHead::device() const {
+    return *w_->dev;
+}
 int64_t JointHead::vocab_size() const {
     return w_->vocab;
 }
@@ -401,7 +410,7 @@ HeadFeatureBuilder::HeadFeatureBuilder(const JointHead& head, int64_t T, const s
     questions_ = questions.size();
 
     out_.length = T;
-    out_.memory.assign(static_cast<size_t>(T * W), 0.f);
+    if (w_->dev->is_cpu()) out_.memory.assign(static_cast<size_t>(T * W), 0.f);  // else device_memory()
     out_.global.assign(static_cast<size_t>(H), 0.f);
     out_.question_mean.assign(questions_ * H, 0.f);
     out_.option_context.assign(N * H, 0.f);
@@ -439,29 +448,78 @@ void HeadFeatureBuilder::add_rows(const float* rows, int64_t n) {
         throw Error("joint head: " + std::to_string(n) + " more hidden rows after " + std::to_string(done_) +
                     " of " + std::to_string(T_));
     if (n == 0) return;
+    settle();
     const int64_t H = w_->cfg.hidden_size, W = w_->cfg.width;
     normed_.resize(static_cast<size_t>(n * H));
     {  // LN_hidden and the memory rows on the device; the span sums below read the normalised rows
         const std::unique_ptr<dev::Stream> stream = w_->stream();
         dev::Device& d = *w_->dev;
-        const dev::Tensor x = d.wrap(const_cast<float*>(rows), n * H), y = d.wrap(normed_.data(), n * H),
-                          m = d.wrap(out_.memory.data() + done_ * W, n * W);
+        const dev::Tensor x = d.wrap(const_cast<float*>(rows), n * H), y = d.wrap(normed_.data(), n * H);
+        dev::Tensor host_memory;
+        const dev::Span m = d.is_cpu() ? (host_memory = d.wrap(out_.memory.data() + done_ * W, n * W)).span()
+                                       : device_memory().at(done_ * W, n * W);
         stream->layer_norm(x.span(), n, H, w_->hidden_norm.w.span(), w_->hidden_norm.b.span(), 1e-5f,
                            y.span());
-        stream->linear(*w_->memory_projection, y.span(), n, m.span());
+        stream->linear(*w_->memory_projection, y.span(), n, m);
         stream->sync();
     }
-    const int64_t first = done_, last = done_ + n;
+    sum_rows(normed_.data(), done_, n);
+    done_ += n;
+}
+
+void HeadFeatureBuilder::add_device_rows(dev::Stream& s, dev::Span rows, int64_t n) {
+    if (n < 0 || done_ + n > T_)
+        throw Error("joint head: " + std::to_string(n) + " more hidden rows after " + std::to_string(done_) +
+                    " of " + std::to_string(T_));
+    if (w_->dev->is_cpu()) throw Error("joint head: device rows for a head on the CPU");
+    if (n == 0) return;
+    settle();
+    const int64_t H = w_->cfg.hidden_size, W = w_->cfg.width, first = done_, last = done_ + n;
+    const dev::Tensor normed = s.scratch(n * H);
+    s.layer_norm(rows, n, H, w_->hidden_norm.w.span(), w_->hidden_norm.b.span(), 1e-5f, normed.span());
+    s.linear(*w_->memory_projection, normed.span(), n, device_memory().at(first * W, n * W));
+    // The rows the spans and the global row read, as disjoint ranges.
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (const Span& sp : spans_)
+        if (std::max(sp.begin, first) < std::min(sp.end, last))
+            ranges.emplace_back(std::max(sp.begin, first), std::min(sp.end, last));
+    if (last == T_) ranges.emplace_back(T_ - 1, T_);
+    std::sort(ranges.begin(), ranges.end());
+    std::vector<std::pair<int64_t, int64_t>> merged;
+    for (const auto& r : ranges)
+        if (!merged.empty() && r.first <= merged.back().second)
+            merged.back().second = std::max(merged.back().second, r.second);
+        else
+            merged.push_back(r);
+    for (const auto& [b, e] : merged) {
+        Fetched f{b, e - b, std::vector<float>(static_cast<size_t>((e - b) * H))};
+        s.fetch(f.rows.data(), normed.at((b - first) * H, (e - b) * H));
+        fetched_.push_back(std::move(f));
+    }
+    done_ = last;
+}
+
+void HeadFeatureBuilder::sum_rows(const float* rows, int64_t first, int64_t n) {
+    const int64_t H = w_->cfg.hidden_size, last = first + n;
     for (const Span& s : spans_) {
         const int64_t b = std::max(s.begin, first), e = std::min(s.end, last);
         double* sum = sums_.data() + s.slot * H;
         for (int64_t p = b; p < e; ++p) {
-            const float* x = normed_.data() + (p - first) * H;
+            const float* x = rows + (p - first) * H;
             for (int64_t c = 0; c < H; ++c) sum[c] += x[c];
         }
     }
-    if (last == T_) std::copy_n(normed_.data() + (n - 1) * H, H, out_.global.data());
-    done_ = last;
+    if (last == T_) std::copy_n(rows + (n - 1) * H, H, out_.global.data());
+}
+
+void HeadFeatureBuilder::settle() {
+    for (const Fetched& f : fetched_) sum_rows(f.rows.data(), f.first, f.n);
+    fetched_.clear();
+}
+
+dev::Span HeadFeatureBuilder::device_memory() {
+    if (out_.memory_on_device.empty()) out_.memory_on_device = w_->dev->buffer(T_ * w_->cfg.width);
+    return out_.memory_on_device.span();
 }
 
 void HeadFeatureBuilder::restore_memory(const float* memory_rows, int64_t n) {
@@ -470,15 +528,27 @@ void HeadFeatureBuilder::restore_memory(const float* memory_rows, int64_t n) {
         if (s.begin < done_ + n)
             throw Error("joint head: a restored prefix covers a question or option span");
     const int64_t W = w_->cfg.width;
-    std::copy_n(memory_rows, n * W, out_.memory.data() + done_ * W);
+    if (w_->dev->is_cpu()) {
+        std::copy_n(memory_rows, n * W, out_.memory.data() + done_ * W);
+    } else if (n > 0) {
+        const std::unique_ptr<dev::Stream> stream = w_->stream();
+        stream->upload(device_memory().at(done_ * W, n * W), memory_rows);
+        stream->sync();
+    }
     done_ += n;
 }
 
-const float* HeadFeatureBuilder::memory_rows(int64_t first) const {
-    return out_.memory.data() + first * w_->cfg.width;
+const float* HeadFeatureBuilder::memory_rows(int64_t first) {
+    const int64_t W = w_->cfg.width;
+    if (w_->dev->is_cpu()) return out_.memory.data() + first * W;
+    memory_copy_.resize(static_cast<size_t>((done_ - first) * W));
+    if (done_ > first)
+        w_->stream()->download(memory_copy_.data(), device_memory().at(first * W, (done_ - first) * W));
+    return memory_copy_.data();
 }
 
 HeadFeatures HeadFeatureBuilder::finish() {
+    settle();
     if (done_ != T_)
         throw Error("joint head: only " + std::to_string(done_) + " of " + std::to_string(T_) +
                     " hidden rows given");
@@ -490,6 +560,7 @@ HeadFeatures HeadFeatureBuilder::finish() {
         const double len = static_cast<double>(s.end - s.begin);
         for (int64_t c = 0; c < H; ++c) dst[c] = static_cast<float>(sum[c] / len);
     }
+    if (!w_->dev->is_cpu()) device_memory();  // T = 0: an empty buffer, as the checks expect
     return std::move(out_);
 }
 
@@ -531,16 +602,17 @@ dev::Tensor option_queries(const Pass& p, const Weights& w, const HeadFeatures& 
 void route_evidence(const Pass& p, const Weights& w, const HeadFeatures& ft, dev::Span r, int64_t N,
                     HeadTrace* trace) {
     const int64_t T = ft.length, W = w.cfg.width;
-    const dev::Tensor mem = p.wrap(ft.memory), keys = p.scratch(T * W),
-                      values = p.scratch(w.reference ? T * W : 0), x = p.scratch(N * W),
-                      tmp = p.scratch(N * W);
+    dev::Tensor hold;
+    const dev::Span mem = p.memory(ft, hold);
+    const dev::Tensor keys = p.scratch(T * W), values = p.scratch(w.reference ? T * W : 0),
+                      x = p.scratch(N * W), tmp = p.scratch(N * W);
     for (const RoutingLayer& l : w.routing) {
         p.norm(l.query_norm, r, N, x.span());
         if (!w.reference) {  // keys holds the normalised memory
-            p.norm(l.memory_norm, mem.span(), T, keys.span());
+            p.norm(l.memory_norm, mem, T, keys.span());
             attend_memory(p, l.attention, w.cfg.heads, W, x.span(), N, keys.span(), T, tmp.span());
         } else {
-            memory_kv(p, l.attention, &l.memory_norm, mem.span(), T, W, keys.span(), values.span());
+            memory_kv(p, l.attention, &l.memory_norm, mem, T, W, keys.span(), values.span());
             attend(p, l.attention, w.cfg.heads, W, x.span(), N, keys.span(), values.span(), T, tmp.span());
         }
         p.s.add(r, tmp.span());
@@ -596,8 +668,10 @@ void field_layers(const Pass& p, const Weights& w, const HeadFeatures& ft, dev::
                   HeadTrace* trace) {
     const int64_t T = ft.length, W = w.cfg.width;
     const int heads = w.cfg.heads;
-    const dev::Tensor mem = p.wrap(ft.memory), fx = p.scratch(Q * W), ftmp = p.scratch(Q * W),
-                      qk = p.scratch(Q * W), qv = p.scratch(Q * W), keys = p.scratch(w.reference ? T * W : 0),
+    dev::Tensor hold;
+    const dev::Span mem = p.memory(ft, hold);
+    const dev::Tensor fx = p.scratch(Q * W), ftmp = p.scratch(Q * W), qk = p.scratch(Q * W),
+                      qv = p.scratch(Q * W), keys = p.scratch(w.reference ? T * W : 0),
                       values = p.scratch(w.reference ? T * W : 0);
     for (const FieldLayer& l : w.layers) {
         p.norm(l.norm1, f, Q, fx.span());
@@ -606,9 +680,9 @@ void field_layers(const Pass& p, const Weights& w, const HeadFeatures& ft, dev::
         p.s.add(f, ftmp.span());
         p.norm(l.norm2, f, Q, fx.span());
         if (!w.reference) {
-            attend_memory(p, l.cross_attn, heads, W, fx.span(), Q, mem.span(), T, ftmp.span());
+            attend_memory(p, l.cross_attn, heads, W, fx.span(), Q, mem, T, ftmp.span());
         } else {
-            memory_kv(p, l.cross_attn, nullptr, mem.span(), T, W, keys.span(), values.span());
+            memory_kv(p, l.cross_attn, nullptr, mem, T, W, keys.span(), values.span());
             attend(p, l.cross_attn, heads, W, fx.span(), Q, keys.span(), values.span(), T, ftmp.span());
         }
         p.s.add(f, ftmp.span());
@@ -619,11 +693,11 @@ void field_layers(const Pass& p, const Weights& w, const HeadFeatures& ft, dev::
     }
 }
 
-// The logits of question i: lexical prior + gate · (J · cosine(field, option) + residual scorer). The cosines
-// and the scorer's input rows are formed on the host in double (the normalised options and the field come
-// from the device); the scorer runs on the device.
-std::vector<float> score_question(const Pass& p, const Weights& w, const HeadFeatures& ft, dev::Span r,
-                                  const float* field, int64_t i, const Rows& first, HeadTrace* trace) {
+// The host's part of question i's logits: per option its lexical prior P · cos(lexical mean, q_i + g), its
+// cosine with the field, and the residual scorer's input row [field | option | field * option | |field -
+// option|] into feat (n rows of 4W); double sums of the normalised options and the field from the device.
+void question_terms(const Weights& w, const HeadFeatures& ft, const float* options, const float* field,
+                    int64_t i, const Rows& first, float* feat, float* prior, float* cosine) {
     const int64_t H = w.cfg.hidden_size, W = w.cfg.width, n = first[i + 1] - first[i];
     std::vector<double> anchor(static_cast<size_t>(H));  // normalize(q_i + g)
     double ss = 0.0;
@@ -632,15 +706,9 @@ std::vector<float> score_question(const Pass& p, const Weights& w, const HeadFea
         ss += anchor[c] * anchor[c];
     }
     const double anorm = std::max(std::sqrt(ss), kNormalizeEps);
-    const dev::Tensor normed = p.scratch(n * W);
-    p.norm(w.option_norm, r.at(first[i] * W, n * W), n, normed.span());
-    std::vector<float> options = p.s.read(normed.span());
     double fss = 0.0;
     for (int64_t c = 0; c < W; ++c) fss += static_cast<double>(field[c]) * field[c];
     const double fnorm = std::max(std::sqrt(fss), kCosineEps);
-
-    std::vector<float> feat(static_cast<size_t>(n * 4 * W), 0.f), cosine(static_cast<size_t>(n)),
-        prior(static_cast<size_t>(n));
     for (int64_t j = 0; j < n; ++j) {
         const float* lex = ft.option_lexical.data() + (first[i] + j) * H;
         double lss = 0.0, dot = 0.0;
@@ -650,9 +718,9 @@ std::vector<float> score_question(const Pass& p, const Weights& w, const HeadFea
         }
         prior[j] =
             static_cast<float>(w.prior_scale * dot / (std::max(std::sqrt(lss), kNormalizeEps) * anorm));
-        const float* o = options.data() + j * W;
+        const float* o = options + j * W;
         double oss = 0.0, fo = 0.0;
-        float* fr = feat.data() + j * 4 * W;
+        float* fr = feat + j * 4 * W;
         for (int64_t c = 0; c < W; ++c) {
             oss += static_cast<double>(o[c]) * o[c];
             fo += static_cast<double>(field[c]) * o[c];
@@ -663,19 +731,52 @@ std::vector<float> score_question(const Pass& p, const Weights& w, const HeadFea
         }
         cosine[j] = static_cast<float>(fo / (fnorm * std::max(std::sqrt(oss), kCosineEps)));
     }
-    const dev::Tensor x = p.scratch(n * 4 * W), h = p.scratch(n * W), res = p.scratch(n);
-    p.s.upload(x.span(), feat.data());
-    p.linear(w.scorer_in, x.span(), n, h.span());
-    p.s.gelu(h.span(), n, false);
-    p.linear(w.scorer_out, h.span(), n, res.span());
-    const std::vector<float> residual = p.s.read(res.span());
-    std::vector<float> row(static_cast<size_t>(n));
-    for (int64_t j = 0; j < n; ++j) row[j] = prior[j] + w.gate * (w.joint_scale * cosine[j] + residual[j]);
-    if (trace) {
-        trace->option_norm.push_back(std::move(options));
-        trace->residual_scorer.push_back(residual);
+}
+
+// The logits of every question: lexical prior + gate · (J · cosine(field, option) + residual scorer). The
+// normalised options and the fields come from the device in one copy, the cosines and the scorer's input rows
+// are formed on the host in double, and the scorer runs on the device, its outputs back in a second copy.
+std::vector<std::vector<float>> score_questions(const Pass& p, const Weights& w, const HeadFeatures& ft,
+                                                dev::Span r, dev::Span field_rows, const Rows& first,
+                                                HeadTrace* trace) {
+    const int64_t W = w.cfg.width, Q = static_cast<int64_t>(first.size()) - 1, N = first.back();
+    const dev::Tensor normed = p.scratch(N * W);
+    for (int64_t i = 0; i < Q; ++i) {
+        const int64_t n = first[i + 1] - first[i];
+        p.norm(w.option_norm, r.at(first[i] * W, n * W), n, normed.at(first[i] * W, n * W));
     }
-    return row;
+    std::vector<float> fields(static_cast<size_t>(Q * W)), options(static_cast<size_t>(N * W));
+    p.s.fetch(fields.data(), field_rows);
+    p.s.fetch(options.data(), normed.span());
+    p.s.sync();
+    if (trace) trace->field_norm = fields;
+    std::vector<float> feat(static_cast<size_t>(N * 4 * W), 0.f), cosine(static_cast<size_t>(N)),
+        prior(static_cast<size_t>(N));
+    for (int64_t i = 0; i < Q; ++i)
+        question_terms(w, ft, options.data() + first[i] * W, fields.data() + i * W, i, first,
+                       feat.data() + first[i] * 4 * W, prior.data() + first[i], cosine.data() + first[i]);
+    const dev::Tensor x = p.scratch(N * 4 * W), h = p.scratch(N * W), res = p.scratch(N);
+    p.s.upload(x.span(), feat.data());
+    for (int64_t i = 0; i < Q; ++i) {
+        const int64_t n = first[i + 1] - first[i];
+        p.linear(w.scorer_in, x.at(first[i] * 4 * W, n * 4 * W), n, h.at(first[i] * W, n * W));
+        p.s.gelu(h.at(first[i] * W, n * W), n, false);
+        p.linear(w.scorer_out, h.at(first[i] * W, n * W), n, res.at(first[i], n));
+    }
+    const std::vector<float> residual = p.s.read(res.span());
+    std::vector<std::vector<float>> result;
+    for (int64_t i = 0; i < Q; ++i) {
+        std::vector<float> row;
+        for (int64_t j = first[i]; j < first[i + 1]; ++j)
+            row.push_back(prior[j] + w.gate * (w.joint_scale * cosine[j] + residual[j]));
+        if (trace) {
+            trace->option_norm.emplace_back(options.begin() + first[i] * W,
+                                            options.begin() + first[i + 1] * W);
+            trace->residual_scorer.emplace_back(residual.begin() + first[i], residual.begin() + first[i + 1]);
+        }
+        result.push_back(std::move(row));
+    }
+    return result;
 }
 
 }  // namespace
@@ -692,29 +793,27 @@ std::vector<std::vector<float>> JointHead::decide(const HeadFeatures& ft,
     for (int64_t i = 0; i < Q; ++i)
         first[i + 1] = first[i] + static_cast<int64_t>(questions[i].option_spans.size());
     const int64_t N = first.back();
-    if (ft.memory.size() != static_cast<size_t>(T * W) || ft.global.size() != static_cast<size_t>(H) ||
+    const size_t memory =
+        ft.memory_on_device.empty() ? ft.memory.size() : static_cast<size_t>(ft.memory_on_device.size());
+    if (memory != static_cast<size_t>(T * W) || ft.global.size() != static_cast<size_t>(H) ||
         ft.question_mean.size() != static_cast<size_t>(Q * H) ||
         ft.option_context.size() != static_cast<size_t>(N * H) ||
         ft.option_lexical.size() != static_cast<size_t>(N * H))
         throw Error("joint head: features do not match the questions");
-    if (trace) {
-        *trace = HeadTrace{};
-        trace->memory_projection = ft.memory;
-    }
     const std::unique_ptr<dev::Stream> stream = w.stream();
     const Pass p{*stream, *w.dev};
+    if (trace) {
+        *trace = HeadTrace{};
+        trace->memory_projection =
+            ft.memory_on_device.empty() ? ft.memory : p.s.read(ft.memory_on_device.span());
+    }
     const dev::Tensor r = option_queries(p, w, ft, first);
     route_evidence(p, w, ft, r.span(), N, trace);
     const dev::Tensor f = field_vectors(p, w, ft, r.span(), questions, first, trace);
     field_layers(p, w, ft, f.span(), Q, trace);
     const dev::Tensor field_rows = p.scratch(Q * W);
     p.norm(w.field_norm, f.span(), Q, field_rows.span());
-    const std::vector<float> fields = p.s.read(field_rows.span());
-    if (trace) trace->field_norm = fields;
-    std::vector<std::vector<float>> result;
-    for (int64_t i = 0; i < Q; ++i)
-        result.push_back(score_question(p, w, ft, r.span(), fields.data() + i * W, i, first, trace));
-    return result;
+    return score_questions(p, w, ft, r.span(), field_rows.span(), first, trace);
 }
 
 }  // namespace clef

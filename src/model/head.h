@@ -46,7 +46,8 @@ struct HeadTrace {
 // What the decide stage needs from the backbone output (stage 1). Means are over the span positions.
 struct HeadFeatures {
     int64_t length = 0;                 // T
-    std::vector<float> memory;          // [T][W]: LN_hidden(H_t)·W_memᵀ
+    std::vector<float> memory;     // [T][W]: LN_hidden(H_t)·W_memᵀ (empty where memory_on_device holds it)
+    dev::Tensor memory_on_device;  // the same on the head's device, where it was made there
     std::vector<float> global;          // [hidden]: LN_hidden(H_{T-1})
     std::vector<float> question_mean;   // [Q][hidden]: mean of LN_hidden(H) over each question span
     std::vector<float> option_context;  // [N][hidden]: mean of LN_hidden(H) over each option span
@@ -71,6 +72,7 @@ public:
               bool reference = false, dev::Device& device = dev::cpu());
 
     const HeadConfig& config() const;
+    dev::Device& device() const;  // where the head's weights live and both stages run
     int64_t vocab_size() const;
     float prior_scale() const;    // P = exp(min(prior_logit_scale, ln 100))
     float joint_scale() const;    // J = exp(min(joint_logit_scale, ln 100))
@@ -109,12 +111,18 @@ public:
                        const std::vector<HeadQuestion>& questions);
     // rows: the next n positions, [n][hidden_size].
     void add_rows(const float* rows, int64_t n);
+    // The same for rows on the head's device (not the CPU), queued on a stream before it runs (a chunk's:
+    // Backbone::DeviceRowSink): the memory rows stay on the device, and only the normalised rows of the
+    // question and option spans and the last row come back, when the stream syncs. The stream must have run
+    // before the builder's next call.
+    void add_device_rows(dev::Stream& s, dev::Span rows, int64_t n);
     int64_t rows_done() const { return done_; }
     // The memory rows of the next n positions computed earlier (a cached prompt prefix, [n][width]) instead
     // of their hidden rows. Throws clef::Error when a question or option span starts before done + n.
     void restore_memory(const float* memory_rows, int64_t n);
-    // Memory rows [first, rows_done()) computed so far, row-major [.][width].
-    const float* memory_rows(int64_t first) const;
+    // Memory rows [first, rows_done()) computed so far, row-major [.][width] (copied back from the device
+    // where they are there).
+    const float* memory_rows(int64_t first);
     // Throws clef::Error unless all T rows were added.
     HeadFeatures finish();
 
@@ -123,6 +131,17 @@ private:
         int64_t begin, end;  // [begin, end) positions
         size_t slot;         // row of sums_: questions first, then options
     };
+    // Normalised rows [first, first + n) copied back from the device, summed into the spans by settle().
+    struct Fetched {
+        int64_t first, n;
+        std::vector<float> rows;
+    };
+    // The span sums and the global row of normalised rows [first, first + n) (rows [n][hidden]).
+    void sum_rows(const float* rows, int64_t first, int64_t n);
+    // The rows fetched by add_device_rows into the sums (their stream has run).
+    void settle();
+    // This builder's memory rows on the device (made at its first device rows or restored prefix).
+    dev::Span device_memory();
     const JointHead::Weights* w_;
     int64_t T_ = 0;
     int64_t done_ = 0;
@@ -130,6 +149,8 @@ private:
     std::vector<double> sums_;  // [Q + N][hidden], running sums of LN_hidden(H) over each span
     std::vector<Span> spans_;
     std::vector<float> normed_;  // scratch: LN_hidden of the current block
+    std::vector<Fetched> fetched_;
+    std::vector<float> memory_copy_;  // memory_rows() of rows on the device
     HeadFeatures out_;
 };
 

@@ -11,6 +11,7 @@
 
 #include "io/gguf.h"
 #include "model/model_inventory.h"
+#include "util/text.h"
 
 namespace clef {
 
@@ -31,10 +32,10 @@ std::string without_size_label(std::string s) {
 // A quantisation type as file names spell it: Q4_K_M, IQ2_M, TQ1_0, F16, BF16 (any letter case).
 bool quant_token(std::string_view t) {
     size_t i = 0;
-    auto up = [&](size_t k) { return k < t.size() ? std::toupper(static_cast<unsigned char>(t[k])) : 0; };
+    auto up = [&](size_t k) { return k < t.size() ? ascii_upper(t[k]) : '\0'; };
     if ((up(0) == 'I' || up(0) == 'T') && up(1) == 'Q') i = 1;
     if (up(0) == 'B' && up(1) == 'F') i = 1;
-    if ((up(i) != 'Q' && up(i) != 'F') || !std::isdigit(up(i + 1))) return false;
+    if ((up(i) != 'Q' && up(i) != 'F') || !std::isdigit(static_cast<unsigned char>(up(i + 1)))) return false;
     return std::all_of(t.begin(), t.end(),
                        [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
 }
@@ -58,8 +59,7 @@ std::string checkpoint_model_name(const TextConfig& text) {
 
 std::string known_model_name(std::string_view written) {
     std::string s;
-    for (char c : written)
-        s += (c == ' ' || c == '_') ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (char c : written) s += (c == ' ' || c == '_') ? '-' : ascii_lower(c);
     if (const size_t slash = s.rfind('/'); slash != std::string::npos) s = s.substr(slash + 1);
     s = without_size_label(s);
     return s == kFlash || s == kClef ? s : "";
@@ -116,16 +116,6 @@ std::string parameter_size_text(int64_t params) {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string lower(std::string s) {
-    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-}
-
-std::string upper(std::string s) {
-    for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    return s;
-}
 
 // The dtype (or ggml type) that holds most parameters.
 std::string dominant_dtype(const ModelInfo& info) {
@@ -184,7 +174,7 @@ void set_file_facts(ModelCard& c, const std::vector<std::string>& paths) {
 // A GGUF's own name for the model (general.basename, else general.name) when it is Clef-Flash or Clef.
 std::string gguf_model_name(const std::string& path) {
     const GgufFile f = GgufFile::open(path);
-    for (const char* key : {"general.basename", "general.name"}) {
+    for (const char* key : {gguf_general::kBasename, gguf_general::kName}) {
         const GgufValue* v = f.find(key);
         if (!v || v->type() != GgufType::kString) continue;
         if (std::string n = known_model_name(v->as_string()); !n.empty()) return n;
@@ -221,7 +211,7 @@ ModelCard describe_model(const std::string& path, const std::string& head_dir, c
         c.format = "gguf";
         c.file_type = info.gguf->file_type;
         c.quantization_version = info.gguf->quantization_version;
-        c.quantization = c.file_type >= 0 ? info.gguf->file_type_name : upper(dominant_dtype(info));
+        c.quantization = c.file_type >= 0 ? info.gguf->file_type_name : ascii_upper(dominant_dtype(info));
         if (std::string n = gguf_model_name(path); !n.empty()) c.checkpoint_name = n;
         if (!mmproj.empty()) {
             c.parameter_count += gguf_parameters(mmproj);
@@ -230,7 +220,7 @@ ModelCard describe_model(const std::string& path, const std::string& head_dir, c
         }
     } else {
         c.format = "safetensors";
-        c.quantization = lower(dominant_dtype(info));
+        c.quantization = ascii_lower(dominant_dtype(info));
     }
     set_file_facts(c, paths);
     return c;

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "io/gguf.h"
+#include "model/gguf_keys.h"
 #include "model/gguf_model.h"
 #include "model/serve_plan.h"
 #include "model/tensors.h"
@@ -288,13 +289,14 @@ ModelInfo compute_gguf_model_info(const std::string& path, const std::string& he
     g.version = f.version();
     g.alignment = f.alignment();
     g.arch = mc.arch;
-    if (f.contains("general.file_type")) {
-        g.file_type = f.get_int("general.file_type");
+    if (f.contains(gguf_general::kFileType)) {
+        g.file_type = f.get_int(gguf_general::kFileType);
         g.file_type_name = llama_file_type_name(g.file_type);
     }
-    if (f.contains("general.quantization_version"))
-        g.quantization_version = f.get_int("general.quantization_version");
-    if (f.contains(g.arch + ".context_length")) g.context_length = f.get_int(g.arch + ".context_length");
+    if (f.contains(gguf_general::kQuantizationVersion))
+        g.quantization_version = f.get_int(gguf_general::kQuantizationVersion);
+    if (const std::string key = g.arch + "." + gguf_key::kContextLength; f.contains(key))
+        g.context_length = f.get_int(key);
 
     // A qwen35 file's head: joint_head.safetensors + joint_head_config.json from head_dir or beside it.
     std::optional<SafetensorsFile> head_file;

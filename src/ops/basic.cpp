@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "ops/cpu.h"
@@ -137,6 +138,18 @@ void softmax_inplace(T* x, int64_t n) {
 }
 template void softmax_inplace<float>(float* x, int64_t n);
 template void softmax_inplace<double>(double* x, int64_t n);
+
+template <class T>
+double log_sum_exp(const T* x, int64_t n) {
+    if (n <= 0) return -std::numeric_limits<double>::infinity();
+    T mx = x[0];
+    for (int64_t i = 1; i < n; ++i) mx = std::max(mx, x[i]);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += std::exp(x[i] - mx);
+    return static_cast<double>(mx) + std::log(sum);
+}
+template double log_sum_exp<float>(const float* x, int64_t n);
+template double log_sum_exp<double>(const double* x, int64_t n);
 
 std::vector<float> softmax_f32(const std::vector<float>& logits) {
     std::vector<float> p = logits;

@@ -44,6 +44,11 @@ template <class T>
 void softmax_inplace(T* x, int64_t n);
 // The answers' probabilities: softmax_inplace of a copy of the logits.
 std::vector<float> softmax_f32(const std::vector<float>& logits);
+// The softmax's log-normaliser log(sum_i exp(x_i)), as softmax_inplace computes its denominator: the maximum
+// m subtracted, exp in T, the sum in double; m + log(sum) (so log(softmax(x)_i) = x_i - log_sum_exp(x)).
+// -inf for n = 0. T = float or double (the eval statistics' log loss).
+template <class T>
+double log_sum_exp(const T* x, int64_t n);
 
 // Multi-head scaled dot-product attention, fp32, reference double loop.
 //   q: [lq][hq*dh], k,v: [lk][hkv*dh], out: [lq][hq*dh]; query head h uses kv head h / (hq / hkv).

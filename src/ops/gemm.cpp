@@ -422,6 +422,25 @@ void to_panel(const T* rows, int nrows, int64_t k, T* panel) {
     }
 }
 
+// Packs the n rows of a row-major [n][k] source into its (n + kNR - 1) / kNR panels at `out`
+// ([panel][k][kNR], the last one zero-padded), the panels in parallel.
+template <class T>
+void to_panels(const T* rows, int64_t n, int64_t k, T* out) {
+    const int64_t np = (n + kNR - 1) / kNR;
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < np; ++p)
+        to_panel(rows + p * kNR * k, static_cast<int>(std::min<int64_t>(kNR, n - p * kNR)), k,
+                 out + p * k * kNR);
+}
+
+// An [n][k] weight of element type T in panel layout, in memory of its own.
+template <class T>
+std::vector<T> packed_panels(const void* weight, int64_t n, int64_t k) {
+    std::vector<T> panels(static_cast<size_t>((n + kNR - 1) / kNR * k * kNR));
+    to_panels(static_cast<const T*>(weight), n, k, panels.data());
+    return panels;
+}
+
 // The own kernels fetch a provider's rows in groups of panels of at most 8 MiB of bf16
 // (CLEF_GEMM_STREAM_MIB): small enough that the fetched rows and their panels stay in the last-level cache
 // while they are used.
@@ -431,16 +450,12 @@ int64_t panels_per_group(int64_t k) {
 }
 
 // Fetches the rows of panels [p0, p0 + g) of an [n][k] weight from `rows` into `buf` and packs them into
-// `out`
-// ([g][k][kNR], zero-padded).
+// `out` ([g][k][kNR], zero-padded).
 void fetch_panels(const RowProvider& rows, int64_t n, int64_t k, int64_t p0, int64_t g, uint16_t* buf,
                   uint16_t* out) {
     const int64_t r0 = p0 * kNR, nr = std::min(g * kNR, n - r0);
     rows(r0, nr, buf);
-#pragma omp parallel for schedule(static)
-    for (int64_t q = 0; q < g; ++q)
-        to_panel(buf + q * kNR * k, static_cast<int>(std::min<int64_t>(kNR, nr - q * kNR)), k,
-                 out + q * k * kNR);
+    to_panels(buf, nr, k, out);
 }
 
 // Column block width for a [n][k] weight of `elem` bytes per value: at most `budget` bytes per block, a
@@ -496,22 +511,10 @@ PackedLinear::PackedLinear(WeightRef w, int64_t n, int64_t k, GemmBackend backen
         bind_dnnl(im, src, k);
         return;
     }
-    const int64_t np = (n + kNR - 1) / kNR;
-    if (w.type == WeightType::F32) {
-        im.panels32.resize(static_cast<size_t>(np * k * kNR));
-        const float* src = static_cast<const float*>(w.data);
-#pragma omp parallel for schedule(static)
-        for (int64_t p = 0; p < np; ++p)
-            to_panel(src + p * kNR * k, static_cast<int>(std::min<int64_t>(kNR, n - p * kNR)), k,
-                     im.panels32.data() + p * k * kNR);
-    } else {
-        im.panels16.resize(static_cast<size_t>(np * k * kNR));
-        const uint16_t* src = static_cast<const uint16_t*>(w.data);
-#pragma omp parallel for schedule(static)
-        for (int64_t p = 0; p < np; ++p)
-            to_panel(src + p * kNR * k, static_cast<int>(std::min<int64_t>(kNR, n - p * kNR)), k,
-                     im.panels16.data() + p * k * kNR);
-    }
+    if (w.type == WeightType::F32)
+        im.panels32 = packed_panels<float>(w.data, n, k);
+    else
+        im.panels16 = packed_panels<uint16_t>(w.data, n, k);
 }
 
 PackedLinear::PackedLinear(const RowProvider& rows, int64_t n, int64_t k, GemmBackend backend,

@@ -33,8 +33,9 @@
 namespace clef::ops {
 
 // Int8: activations and weights as int8 blocks (ops/int8_gemm.h), for the backbone's projections of a model
-// loaded in that precision; a PackedLinear runs it as Exact.
-enum class Precision { Exact, BF16, Int8 };
+// loaded in that precision; a PackedLinear runs it as Exact. F16: fp16 operands with fp32 accumulation on a
+// Vulkan device's tensor cores (device/vk_device.cpp, docs/GPU.md); the CPU runs it as Exact.
+enum class Precision { Exact, BF16, Int8, F16 };
 
 enum class WeightType { F32, BF16, F16 };
 

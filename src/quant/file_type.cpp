@@ -1,9 +1,9 @@
 #include "quant/file_type.h"
 
-#include <cctype>
 #include <map>
 
 #include "quant/quant.h"
+#include "util/text.h"
 
 namespace clef {
 
@@ -59,8 +59,7 @@ const FileTypeInfo& info_of(FT t) {
 }  // namespace
 
 bool parse_gguf_file_type(std::string_view s, GgufFileType& out) {
-    std::string l(s);
-    for (char& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string l = ascii_lower(s);
     for (const FileTypeInfo& i : kFileTypes)
         if (l == i.name) {
             out = i.type;

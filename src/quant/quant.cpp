@@ -523,18 +523,10 @@ void dequantize_ref(GgmlType type, const void* src, float* y, int64_t n) {
     switch (type) {
         case GgmlType::F32: std::memcpy(y, p, static_cast<size_t>(n) * 4); return;
         case GgmlType::F16:
-            for (int64_t i = 0; i < n; ++i) {
-                uint16_t h;
-                std::memcpy(&h, p + 2 * i, 2);
-                y[i] = f16_to_f32(h);
-            }
+            widen<f16_to_f32>(p, y, static_cast<size_t>(n));
             return;
         case GgmlType::BF16:
-            for (int64_t i = 0; i < n; ++i) {
-                uint16_t h;
-                std::memcpy(&h, p + 2 * i, 2);
-                y[i] = bf16_to_f32(h);
-            }
+            widen<bf16_to_f32>(p, y, static_cast<size_t>(n));
             return;
         case GgmlType::Q4_0: deq_q4_0(reinterpret_cast<const BlockQ4_0*>(p), y, n / kQK); return;
         case GgmlType::Q4_1: deq_q4_1(reinterpret_cast<const BlockQ4_1*>(p), y, n / kQK); return;

@@ -1,9 +1,12 @@
 // Ollama's discovery API (docs/API.md, "Ollama clients"): /api/tags and /api/show in Ollama's shapes.
-#include <cctype>
-#include <initializer_list>
+#include <string_view>
 #include <utility>
+#include <variant>
 
+#include "io/gguf.h"
+#include "model/gguf_keys.h"
 #include "server/server_impl.h"
+#include "util/text.h"
 
 namespace clef {
 
@@ -15,8 +18,7 @@ namespace {
 
 // Ollama's `details` of a model (/api/tags, /api/show).
 JsonValue ollama_details(const ModelCard& m) {
-    std::string level = m.quantization;
-    for (char& c : level) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    const std::string level = ascii_upper(m.quantization);
     return JsonValue::object({{"parent_model", str("")},
                               {"format", str(m.format)},
                               {"family", str("clef")},
@@ -25,38 +27,26 @@ JsonValue ollama_details(const ModelCard& m) {
                               {"quantization_level", str(level)}});
 }
 
-// Ollama's `model_info`: the GGUF metadata keys of llama.cpp's clef architecture (tools/gguf_convert.cpp
-// writes the same), from the loaded configs.
+// Ollama's `model_info`: the GGUF metadata keys of llama.cpp's clef architecture that the card lists
+// (model/gguf_keys.h, as clef convert writes them), from the loaded configs.
 JsonValue ollama_model_info(const ModelCard& m) {
-    const TextConfig& t = m.config.text;
     auto i = [](int64_t v) { return JsonValue::integer(v); };
-    JsonValue info = JsonValue::object({{"general.architecture", str("clef")},
-                                        {"general.basename", str(m.name)},
-                                        {"general.parameter_count", i(m.parameter_count)}});
-    if (m.file_type >= 0) info.set("general.file_type", i(m.file_type));
-    if (m.quantization_version >= 0) info.set("general.quantization_version", i(m.quantization_version));
-    for (const auto& [key, value] : std::initializer_list<std::pair<const char*, int64_t>>{
-             {"context_length", m.context_length},
-             {"embedding_length", t.hidden_size},
-             {"block_count", t.num_layers},
-             {"feed_forward_length", t.intermediate_size},
-             {"attention.head_count", t.num_heads},
-             {"attention.head_count_kv", t.num_kv_heads},
-             {"attention.key_length", t.head_dim},
-             {"full_attention_interval", full_attention_interval_of(t.layer_types)},
-             {"ssm.conv_kernel", t.linear_conv_kernel},
-             {"ssm.state_size", t.linear_key_head_dim},
-             {"ssm.group_count", t.linear_num_key_heads},
-             {"ssm.time_step_rank", t.linear_num_value_heads},
-             {"vocab_size", t.vocab_size}})
-        info.set(std::string("clef.") + key, i(value));
-    if (m.head) {
-        info.set("clef.decision.routing_block_count", i(m.head->routing_layers));
-        info.set("clef.decision.block_count", i(m.head->layers));
-        info.set("clef.decision.head_count", i(m.head->heads));
-        info.set("clef.decision.embedding_length", i(m.head->width));
-        info.set("clef.decision.feed_forward_length", i(m.head->feedforward));
-    }
+    JsonValue info = JsonValue::object({{gguf_general::kArchitecture, str("clef")},
+                                        {gguf_general::kBasename, str(m.name)},
+                                        {gguf_general::kParameterCount, i(m.parameter_count)}});
+    if (m.file_type >= 0) info.set(gguf_general::kFileType, i(m.file_type));
+    if (m.quantization_version >= 0) info.set(gguf_general::kQuantizationVersion, i(m.quantization_version));
+    auto show = [&](const auto& keys, const auto& config) {
+        for (const auto& k : keys) {
+            if (!(k.uses & kGgufShown)) continue;
+            // The context a RoPE scaling reaches (TextConfig::context_length), as the card's context_length.
+            const bool context = std::string_view(k.name) == gguf_key::kContextLength;
+            info.set(std::string("clef.") + k.name,
+                     i(context ? m.context_length : std::get<int64_t>(*k.value(config))));
+        }
+    };
+    show(gguf_text_keys(), m.config.text);
+    if (m.head) show(gguf_head_keys(), *m.head);
     return info;
 }
 

@@ -1,5 +1,4 @@
 // The System One API (docs/API.md): POST /v1/systemone, GET /v1/models, and the decisions the worker runs.
-#include <cctype>
 #include <cstdio>
 
 #include "decision/response.h"
@@ -39,8 +38,7 @@ JsonValue capabilities_json(const ModelCard& m) {
 // application/json or a structured-syntax */*+json type, in any letter case, with parameters; a charset other
 // than UTF-8 and every other media type is refused with 415.
 bool json_content_type(const std::string& header) {
-    std::string v;
-    for (char c : header) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string v = ascii_lower(header);
     auto trim = [](std::string t) {
         const char* ws = " \t";
         size_t b = t.find_first_not_of(ws), e = t.find_last_not_of(ws);

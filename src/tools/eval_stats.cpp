@@ -239,11 +239,14 @@ std::vector<double> softmax_t(const std::vector<double>& logits, double t) {
 double mean_log_loss(const std::vector<Example>& examples, double t) {
     if (examples.empty()) return 0;
     double loss = 0;
+    std::vector<double> z;
     for (const Example& e : examples) {
+        // The logits over t, each less the top one first (a common offset cancels before the division):
+        // the term is -log softmax(z)[label].
         const double top = *std::max_element(e.logits.begin(), e.logits.end());
-        double sum = 0;
-        for (double l : e.logits) sum += std::exp((l - top) / t);
-        loss += std::log(sum) - (e.logits[static_cast<size_t>(e.label)] - top) / t;
+        z.resize(e.logits.size());
+        for (size_t i = 0; i < z.size(); ++i) z[i] = (e.logits[i] - top) / t;
+        loss += ops::log_sum_exp(z.data(), static_cast<int64_t>(z.size())) - z[static_cast<size_t>(e.label)];
     }
     return loss / static_cast<double>(examples.size());
 }

@@ -13,6 +13,7 @@
 
 #include "io/gguf.h"
 #include "io/model_dir.h"
+#include "model/gguf_keys.h"
 #include "model/gguf_model.h"
 #include "model/tensors.h"
 #include "quant/quant.h"
@@ -67,81 +68,57 @@ ConvertInputs open_inputs(const std::string& model_dir, const ConvertOptions& op
 }
 
 void write_general_metadata(GgufWriter& w, const std::string& model_dir, const ConvertOptions& opt) {
-    w.add_string("general.architecture", opt.arch);
-    w.add_string("general.name", fs::path(model_dir).filename().string());
-    w.add_uint32("general.file_type", static_cast<uint32_t>(opt.type));
-    w.add_uint32("general.quantization_version", 2);
+    w.add_string(gguf_general::kArchitecture, opt.arch);
+    w.add_string(gguf_general::kName, fs::path(model_dir).filename().string());
+    w.add_uint32(gguf_general::kFileType, static_cast<uint32_t>(opt.type));
+    w.add_uint32(gguf_general::kQuantizationVersion, gguf_general::kQuantizationVersionValue);
 }
 
-// RoPE scaling in llama.cpp's keys (A + "rope.scaling.*"), which describe none, linear and yarn; an attention
-// factor other than yarn's default goes to yarn_attn_factor, where llama.cpp's converter puts transformers'
-// attention_factor. The other types, and yarn without truncation, are refused.
-void write_rope_scaling(GgufWriter& w, const std::string& A, const ops::RopeScaling& s,
-                        const std::string& config_path) {
+// The backbone's hyperparameters a GGUF under architecture prefix A ("clef." / "qwen35.") cannot describe:
+// a RoPE scaling other than linear and yarn (llama.cpp's rope.scaling keys), yarn without truncation
+// (llama.cpp truncates), layer types that are not periodic (full_attention_interval) and a sigmoid GDN gate
+// outside the clef architecture. config_path: the config.json they come from, for the error.
+void check_describable(const std::string& A, const TextConfig& c, const std::string& config_path) {
     using ops::RopeType;
-    if (s.type == RopeType::Default) return;
-    const std::string name = ops::rope_type_name(s.type);
-    if (s.type != RopeType::Linear && s.type != RopeType::Yarn)
-        throw Error(config_path + ": rope type " + name +
+    const ops::RopeScaling& s = c.rope_scaling;
+    if (s.type != RopeType::Default && s.type != RopeType::Linear && s.type != RopeType::Yarn)
+        throw Error(config_path + ": rope type " + ops::rope_type_name(s.type) +
                     " has no GGUF description (llama.cpp's rope.scaling keys describe linear and yarn only)");
-    if (!s.truncate)
+    if (s.type == RopeType::Yarn && !s.truncate)
         throw Error(config_path + ": yarn with truncate false has no GGUF description (llama.cpp truncates)");
-    w.add_string(A + "rope.scaling.type", name);
-    w.add_float32(A + "rope.scaling.factor", static_cast<float>(s.factor));
-    if (s.type == RopeType::Linear) return;
-    w.add_uint32(A + "rope.scaling.original_context_length", static_cast<uint32_t>(s.original_max));
-    w.add_float32(A + "rope.scaling.yarn_beta_fast", static_cast<float>(s.beta_fast));
-    w.add_float32(A + "rope.scaling.yarn_beta_slow", static_cast<float>(s.beta_slow));
-    if (s.attention_factor != ops::yarn_get_mscale(s.factor))
-        w.add_float32(A + "rope.scaling.yarn_attn_factor", static_cast<float>(s.attention_factor));
-}
-
-// The backbone's hyperparameters under the architecture prefix A ("clef." / "qwen35."); config_path is the
-// config.json they come from, for the error when the layer types cannot be described.
-void write_text_metadata(GgufWriter& w, const std::string& A, const TextConfig& c,
-                         const std::string& config_path) {
-    w.add_uint32(A + "block_count", c.num_layers);
-    w.add_uint32(A + "context_length", c.max_position_embeddings);
-    w.add_uint32(A + "embedding_length", c.hidden_size);
-    w.add_uint32(A + "feed_forward_length", c.intermediate_size);
-    w.add_uint32(A + "attention.head_count", c.num_heads);
-    w.add_uint32(A + "attention.head_count_kv", c.num_kv_heads);
-    w.add_uint32(A + "attention.key_length", c.head_dim);
-    w.add_uint32(A + "attention.value_length", c.head_dim);
-    w.add_float32(A + "attention.layer_norm_rms_epsilon", c.rms_norm_eps);
-    w.add_float32(A + "rope.freq_base", static_cast<float>(c.rope_theta));
-    w.add_uint32(A + "rope.dimension_count", c.rotary_dim);
-    std::vector<int32_t> sections(c.mrope_section.begin(), c.mrope_section.end());
-    sections.resize(4, 0);
-    w.add_int32_array(A + "rope.dimension_sections", sections);
-    write_rope_scaling(w, A, c.rope_scaling, config_path);
-    const int interval = full_attention_interval_of(c.layer_types);
-    if (interval == 0)
+    if (full_attention_interval_of(c.layer_types) == 0)
         throw Error(config_path +
                     ": layer_types is not periodic (full_attention_interval), which GGUF cannot describe");
-    w.add_uint32(A + "full_attention_interval", interval);
-    w.add_uint32(A + "ssm.conv_kernel", c.linear_conv_kernel);
-    w.add_uint32(A + "ssm.state_size", c.linear_key_head_dim);
-    w.add_uint32(A + "ssm.group_count", c.linear_num_key_heads);
-    w.add_uint32(A + "ssm.time_step_rank", c.linear_num_value_heads);
-    w.add_uint32(A + "ssm.inner_size", c.linear_num_value_heads * c.linear_value_head_dim);
-    if (c.gdn_norm_gate == ops::NormGate::Sigmoid) {
-        if (A != "clef.")
-            throw Error(config_path + ": output_gate_type sigmoid has no key in llama.cpp's " +
-                        A.substr(0, A.size() - 1) + " architecture (convert with --arch clef)");
-        w.add_string(A + "ssm.norm_gate", "sigmoid");  // clef's own key; absent = silu
-    }
+    if (c.gdn_norm_gate == ops::NormGate::Sigmoid && A != "clef.")
+        throw Error(config_path + ": output_gate_type sigmoid has no key in llama.cpp's " +
+                    A.substr(0, A.size() - 1) + " architecture (convert with --arch clef)");
 }
 
-// The joint head's hyperparameters (--arch clef), under the same prefix A.
-void write_head_metadata(GgufWriter& w, const std::string& A, const HeadConfig& hc) {
-    w.add_string(A + "decision.type", "clef");
-    w.add_uint32(A + "decision.routing_block_count", hc.routing_layers);
-    w.add_uint32(A + "decision.block_count", hc.layers);
-    w.add_uint32(A + "decision.head_count", hc.heads);
-    w.add_uint32(A + "decision.embedding_length", hc.width);
-    w.add_uint32(A + "decision.feed_forward_length", hc.feedforward);
-    w.add_float32(A + "attention.layer_norm_epsilon", 1e-5f);
+// The rows of a metadata table (model/gguf_keys.h) that clef convert writes, in order, with their values for
+// `config` under prefix A.
+template <class Config>
+void write_keys(GgufWriter& w, const std::string& A, std::span<const GgufMetaKey<Config>> keys,
+                const Config& config) {
+    for (const GgufMetaKey<Config>& k : keys) {
+        if (!(k.uses & kGgufWritten)) continue;
+        const std::optional<GgufMetaValue> v = k.value(config);
+        if (!v) continue;
+        const std::string key = A + k.name;
+        switch (k.type) {
+            case GgufKeyType::UInt32:
+                w.add_uint32(key, static_cast<uint32_t>(std::get<int64_t>(*v)));
+                break;
+            case GgufKeyType::Float32:
+                w.add_float32(key, static_cast<float>(std::get<double>(*v)));
+                break;
+            case GgufKeyType::String:
+                w.add_string(key, std::get<std::string>(*v));
+                break;
+            case GgufKeyType::Int32Array:
+                w.add_int32_array(key, std::get<std::vector<int32_t>>(*v));
+                break;
+        }
+    }
 }
 
 // llama.cpp's named chat templates: tokenizer.chat_template.<name> for each, then the
@@ -295,8 +272,9 @@ ConvertSummary convert_to_gguf(const std::string& model_dir, const std::string& 
     const std::string A = opt.arch + ".";
     GgufWriter w;
     write_general_metadata(w, model_dir, opt);
-    write_text_metadata(w, A, c, in.dir.config_path);
-    if (clef) write_head_metadata(w, A, *in.head_config);
+    check_describable(A, c, in.dir.config_path);
+    write_keys(w, A, gguf_text_keys(), c);
+    if (clef) write_keys(w, A, gguf_head_keys(), *in.head_config);
     write_gguf_tokenizer(w, in.dir.tokenizer_path, c.vocab_size);
     if (clef) write_chat_templates(w, opt.chat_templates);
 
@@ -329,13 +307,13 @@ uint32_t requantised_type(const GgufTensorInfo& t, const TypePicker& types, cons
 
 // The rules' context from a GGUF's metadata (architecture prefix keys; zeros where absent).
 GgufMixContext mix_context_of(const GgufFile& f) {
-    const std::string A = f.get_string("general.architecture", "") + ".";
+    const std::string A = f.get_string(gguf_general::kArchitecture, "") + ".";
     auto uint_or_0 = [&](const std::string& key) -> int {
         const GgufValue* v = f.find(key);
         return v && gguf_type_is_integer(v->type()) ? static_cast<int>(v->as_uint()) : 0;
     };
-    const int heads = uint_or_0(A + "attention.head_count"), kv = uint_or_0(A + "attention.head_count_kv");
-    return {uint_or_0(A + "block_count"), kv > 0 ? heads / kv : 0,
+    const int heads = uint_or_0(A + gguf_key::kHeadCount), kv = uint_or_0(A + gguf_key::kHeadCountKv);
+    return {uint_or_0(A + gguf_key::kBlockCount), kv > 0 ? heads / kv : 0,
             f.find_tensor(text_gguf_name(TextWeight::LmHead)) != nullptr, false};
 }
 
@@ -374,15 +352,15 @@ ConvertSummary convert_gguf(const std::string& in_path, const std::string& out_p
     GgufWriter w;
     bool file_type_written = false;
     for (const GgufKeyValue& kv : in.metadata()) {
-        if (kv.key == "general.alignment") continue;  // the writer aligns to its default
-        if (kv.key == "general.file_type") {
-            w.add_uint32("general.file_type", static_cast<uint32_t>(opt.type));
+        if (kv.key == gguf_general::kAlignment) continue;  // the writer aligns to its default
+        if (kv.key == gguf_general::kFileType) {
+            w.add_uint32(gguf_general::kFileType, static_cast<uint32_t>(opt.type));
             file_type_written = true;
             continue;
         }
         w.add_value(std::string(kv.key), kv.value);
     }
-    if (!file_type_written) w.add_uint32("general.file_type", static_cast<uint32_t>(opt.type));
+    if (!file_type_written) w.add_uint32(gguf_general::kFileType, static_cast<uint32_t>(opt.type));
     ConvertSummary sum;
     for (const GgufTensorInfo& t : in.tensors()) {
         const float* importance = nullptr;

@@ -92,8 +92,8 @@ std::vector<float> floats3(const std::array<double, 3>& x) {
 void write_general(GgufWriter& w, const std::string& model_dir, GgufFileType type) {
     w.add_string(key::kArchitecture, "clip");
     w.add_string(key::kType, "mmproj");
-    w.add_string("general.name", fs::path(model_dir).filename().string());
-    w.add_uint32("general.file_type", static_cast<uint32_t>(type));
+    w.add_string(gguf_general::kName, fs::path(model_dir).filename().string());
+    w.add_uint32(gguf_general::kFileType, static_cast<uint32_t>(type));
 }
 
 // clip.* / clip.vision.*: the encoder's widths (projection_dim = the text width it feeds), the image
@@ -119,7 +119,7 @@ void write_clip(GgufWriter& w, const ModelConfig& c, const ImageProcessorConfig&
     w.add_bool_array(key::kIsDeepstackLayers, std::vector<bool>(static_cast<size_t>(v.depth), false));
     w.add_uint32(key::kImageMinPixels, static_cast<uint32_t>(p.min_pixels));
     w.add_uint32(key::kImageMaxPixels, static_cast<uint32_t>(p.max_pixels));
-    w.add_uint32("general.quantization_version", 2);
+    w.add_uint32(gguf_general::kQuantizationVersion, gguf_general::kQuantizationVersionValue);
 }
 
 // Frame s.slice of the Conv3d weight [H][C][T][P][P]: [H][C][P][P].

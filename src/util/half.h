@@ -1,6 +1,7 @@
 // bfloat16 and IEEE half conversions (scalar). Vector conversions live in src/ops.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -68,6 +69,18 @@ inline uint16_t f32_to_f16(float f) {
     }
     uint32_t r = absu + 0xfffu + ((absu >> 13) & 1u);
     return static_cast<uint16_t>(sign | ((r - 0x38000000u) >> 13));
+}
+
+// n 16-bit floats stored at p (native byte order, any alignment: a file's bytes) widened to fp32 by ToF32:
+// widen<bf16_to_f32> or widen<f16_to_f32>.
+template <float (*ToF32)(uint16_t)>
+inline void widen(const void* p, float* dst, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, b + 2 * i, 2);
+        dst[i] = ToF32(h);
+    }
 }
 
 }  // namespace clef

@@ -20,4 +20,16 @@ std::string with_thousands(int64_t v) {
     return neg ? "-" + out : out;
 }
 
+std::string ascii_lower(std::string_view s) {
+    std::string out(s);
+    for (char& c : out) c = ascii_lower(c);
+    return out;
+}
+
+std::string ascii_upper(std::string_view s) {
+    std::string out(s);
+    for (char& c : out) c = ascii_upper(c);
+    return out;
+}
+
 }  // namespace clef

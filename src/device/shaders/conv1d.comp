@@ -5,8 +5,8 @@
 #version 450
 #include "common.glsl"
 layout(local_size_x = 256) in;
-layout(std430, binding = 0) buffer X { float x[]; };
-layout(std430, binding = 1) buffer Wt { float w[]; };
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) readonly buffer Wt { float w[]; };
 layout(std430, binding = 2) buffer S { float st[]; };
 layout(std430, binding = 3) buffer Y { float y[]; };
 layout(push_constant) uniform P { uint T, C, K, ox, ow, os, oy, phase; } p;

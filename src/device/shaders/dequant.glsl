@@ -1,5 +1,5 @@
-// Weight element (o, k) of a [N][K] matrix in a ggml block type, read where it lies in the file's bytes: what
-// the GEMM's tile load calls (linear.comp). The layouts and the arithmetic are those of ops/quant_blocks.h,
+// Weights of a [N][K] matrix in a ggml block type, read where they lie in the file's bytes, 8 values of a row at
+// a time: what the GEMMs' tile loads call (gemm_tile.glsl). The layouts and the arithmetic are those of ops/quant_blocks.h,
 // quant/quant.cpp, quant/dequant_lowbit.cpp and ops/iq_groups.h, operation for operation (products and
 // differences rounded separately: `precise` keeps the compiler from fusing them), so a weight widens to the
 // same value as on the CPU (quant/quant.h dequantize_row_bf16: fp32, then bf16). The i-quants' grids come in a table buffer (binding 4) that the host fills
@@ -74,8 +74,9 @@ int tab_i8(uint word0, uint b) { return int(tab_byte(word0, b) << 24) >> 24; }
 #define BS 56u
 #endif
 
-// The nibble of value j of a 32-value block whose 16 bytes start at q: low nibbles first.
-uint nibble32(uint q, uint j) { return (byte_at(q + (j & 15u)) >> (j < 16u ? 0u : 4u)) & 15u; }
+// The nibble of value j0 + i (j0 a multiple of 8, i < 8) of a 32-value block whose 16 bytes start at q: low
+// nibbles first.
+uint nibble32(uint q, uint j0, uint i) { return (byte_at(q + (j0 & 15u) + i) >> (j0 < 16u ? 0u : 4u)) & 15u; }
 
 // The 6-bit scale and min of sub-block j of a Q4_K / Q5_K block whose 12 scale bytes start at s.
 void scale_min_k4(uint j, uint s, out uint sc, out uint m) {
@@ -101,32 +102,34 @@ float signed_mag(float db, uint mag, uint signs, uint jj) {
     return ((signs >> jj) & 1u) != 0u ? -v : v;
 }
 
-// Value j (0 .. QK-1) of the block at byte b.
-float dequant(uint b, uint j) {
+// Value j = j0 + i (j0 a multiple of 8, i < 8) of the block at byte b. No sub-block of any type is narrower
+// than 8 values, so everything decoded from j / N or j < N (N a multiple of 8) depends on j0 alone: the
+// 8 values of a run share their scale decoding (dequant8), which the compiler hoists out of the unrolled run.
+float dequant(uint b, uint j0, uint i) {
 #if WTYPE == 3
-    return half_at(b) * float(i8_at(b + 2u + j));
+    return half_at(b) * float(i8_at(b + 2u + j0 + i));
 #elif WTYPE == 4
-    precise float v = float(int(nibble32(b + 2u, j)) - 8) * half_at(b);
+    precise float v = float(int(nibble32(b + 2u, j0, i)) - 8) * half_at(b);
     return v;
 #elif WTYPE == 5
-    precise float v = float(nibble32(b + 4u, j)) * half_at(b) + half_at(b + 2u);
+    precise float v = float(nibble32(b + 4u, j0, i)) * half_at(b) + half_at(b + 2u);
     return v;
 #elif WTYPE == 6
-    uint h = (u32_at(b + 2u) >> j) & 1u;
-    precise float v = float(int(nibble32(b + 6u, j) | (h << 4)) - 16) * half_at(b);
+    uint h = (u32_at(b + 2u) >> (j0 + i)) & 1u;
+    precise float v = float(int(nibble32(b + 6u, j0, i) | (h << 4)) - 16) * half_at(b);
     return v;
 #elif WTYPE == 7
-    uint h = (u32_at(b + 4u) >> j) & 1u;
-    precise float v = float(nibble32(b + 8u, j) | (h << 4)) * half_at(b) + half_at(b + 2u);
+    uint h = (u32_at(b + 4u) >> (j0 + i)) & 1u;
+    precise float v = float(nibble32(b + 8u, j0, i) | (h << 4)) * half_at(b) + half_at(b + 2u);
     return v;
 #elif WTYPE == 8  // Q2_K: 16 sub-blocks of 16
-    uint k = j / 16u, l = j % 16u, h = k / 8u, s = (k / 2u) % 4u, p = k % 2u, sc = byte_at(b + k);
+    uint k = j0 / 16u, l = j0 % 16u + i, h = k / 8u, s = (k / 2u) % 4u, p = k % 2u, sc = byte_at(b + k);
     precise float dl = half_at(b + 80u) * float(sc & 15u);
     precise float ml = half_at(b + 82u) * float(sc >> 4);
     precise float v = dl * float((byte_at(b + 16u + 32u * h + 16u * p + l) >> (2u * s)) & 3u) - ml;
     return v;
 #elif WTYPE == 9  // Q3_K
-    uint k = j / 16u, l = j % 16u, h = k / 8u, s = (k / 2u) % 4u, p = k % 2u;
+    uint k = j0 / 16u, l = j0 % 16u + i, h = k / 8u, s = (k / 2u) % 4u, p = k % 2u;
     uint sc = ((byte_at(b + 96u + k % 8u) >> (4u * (k / 8u))) & 15u) |
               (((byte_at(b + 104u + k % 4u) >> (2u * (k / 4u))) & 3u) << 4);
     precise float dl = half_at(b + 108u) * float(int(sc) - 32);
@@ -135,7 +138,7 @@ float dequant(uint b, uint j) {
     precise float v = dl * float(q - (high ? 0 : 4));
     return v;
 #elif WTYPE == 10 || WTYPE == 11  // Q4_K, Q5_K: 4 groups of 64, low nibbles then high nibbles
-    uint g = j / 64u, hi = (j % 64u) / 32u, l = j % 32u, sc, m;
+    uint g = j0 / 64u, hi = (j0 % 64u) / 32u, l = j0 % 32u + i, sc, m;
     scale_min_k4(2u * g + hi, b + 4u, sc, m);
     precise float d1 = half_at(b) * float(sc);
     precise float m1 = half_at(b + 2u) * float(m);
@@ -148,23 +151,23 @@ float dequant(uint b, uint j) {
     precise float v = d1 * float(q) - m1;
     return v;
 #elif WTYPE == 12  // Q6_K: two halves of 128, four quarters of 32
-    uint half_ = j / 128u, quarter = (j % 128u) / 32u, l = j % 32u;
+    uint half_ = j0 / 128u, quarter = (j0 % 128u) / 32u, l = j0 % 32u + i;
     uint ql = (byte_at(b + 64u * half_ + 32u * (quarter & 1u) + l) >> (quarter < 2u ? 0u : 4u)) & 15u;
     uint qh = (byte_at(b + 128u + 32u * half_ + l) >> (2u * quarter)) & 3u;
-    int sc = i8_at(b + 192u + 8u * half_ + l / 16u + 2u * quarter);
+    int sc = i8_at(b + 192u + 8u * half_ + (j0 % 32u) / 16u + 2u * quarter);
     precise float v = half_at(b + 208u) * float(sc) * float(int(ql | (qh << 4)) - 32);
     return v;
 #elif WTYPE == 13  // IQ4_NL
-    precise float v = half_at(b) * float(tab_i8(TAB_IQ4NL, nibble32(b + 2u, j)));
+    precise float v = half_at(b) * float(tab_i8(TAB_IQ4NL, nibble32(b + 2u, j0, i)));
     return v;
 #elif WTYPE == 14  // IQ4_XS: 8 groups of 32
-    uint ib = j / 32u;
+    uint ib = j0 / 32u;
     uint s = ((byte_at(b + 4u + ib / 2u) >> (4u * (ib % 2u))) & 15u) | (((u16_at(b + 2u) >> (2u * ib)) & 3u) << 4);
     precise float dl = half_at(b) * float(int(s) - 32);
-    precise float v = dl * float(tab_i8(TAB_IQ4NL, nibble32(b + 8u + 16u * ib, j % 32u)));
+    precise float v = dl * float(tab_i8(TAB_IQ4NL, nibble32(b + 8u + 16u * ib, j0 % 32u, i)));
     return v;
 #else  // the grid i-quants: 32 groups of 8
-    uint g = j / 8u, jj = j % 8u;
+    uint g = j0 / 8u, jj = i;
 #if WTYPE == 15  // IQ2_XXS
     uint q = b + 2u + 8u * (g / 4u), aux = u32_at(q + 4u);
     float db = iq2_scale(half_at(b), aux >> 28);
@@ -211,9 +214,10 @@ float dequant(uint b, uint j) {
 #endif
 }
 
-// Element (o, k) of the matrix: rows of K / QK whole blocks, rounded to bf16 (to nearest even) as the CPU's
-// row provider rounds them (docs/GGUF.md: compute runs on bf16 weights), so both devices multiply by the
-// same weights.
-float wval_block(uint o, uint k, uint K) {
-    return uintBitsToFloat(bf16_bits(dequant((o * (K / QK) + k / QK) * BS, k % QK)) << 16);
+// Elements (o, k .. k+7) of the matrix (k a multiple of 8): rows of K / QK whole blocks, each value rounded to
+// bf16 (to nearest even) as the CPU's row provider rounds them (docs/GGUF.md: compute runs on bf16 weights),
+// so both devices multiply by the same weights. The run lies in one block and one sub-block.
+void dequant8(uint o, uint k, uint K, out float v[8]) {
+    uint b = (o * (K / QK) + k / QK) * BS, j0 = k % QK;
+    [[unroll]] for (uint i = 0u; i < 8u; ++i) v[i] = uintBitsToFloat(bf16_bits(dequant(b, j0, i)) << 16);
 }

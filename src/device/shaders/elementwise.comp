@@ -9,7 +9,7 @@
 #include "common.glsl"
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) buffer A { float a[]; };
-layout(std430, binding = 1) buffer B { float b[]; };
+layout(std430, binding = 1) readonly buffer B { float b[]; };
 layout(std430, binding = 2) buffer C { float c[]; };
 layout(push_constant) uniform P { uint n, oa, ob, oc, op; } p;
 

@@ -5,8 +5,8 @@
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) buffer B { float b[]; };
 layout(std430, binding = 1) buffer A { float a[]; };
-layout(std430, binding = 2) buffer L { float alog[]; };
-layout(std430, binding = 3) buffer D { float dt[]; };
+layout(std430, binding = 2) readonly buffer L { float alog[]; };
+layout(std430, binding = 3) readonly buffer D { float dt[]; };
 layout(push_constant) uniform P { uint n, Hv, ob, oa, ol, od; } p;
 
 void main() {

@@ -4,8 +4,8 @@
 #version 450
 #include "common.glsl"
 layout(local_size_x = 256) in;
-layout(std430, binding = 0) buffer X { float x[]; };
-layout(std430, binding = 1) buffer F { uint from[]; };
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) readonly buffer F { uint from[]; };
 layout(std430, binding = 2) buffer O { float o[]; };
 layout(push_constant) uniform P { uint M, G, gs, ox, x_ld, oo; } p;
 

@@ -6,9 +6,9 @@
 #version 450
 #include "common.glsl"
 layout(local_size_x = 256) in;
-layout(std430, binding = 0) buffer A { float a[]; };   // MODE 0: q; MODE 1: ctx
-layout(std430, binding = 1) buffer Wt { float w[]; };  // wk or wv
-layout(std430, binding = 2) buffer Bi { float bv[]; };
+layout(std430, binding = 0) readonly buffer A { float a[]; };   // MODE 0: q; MODE 1: ctx
+layout(std430, binding = 1) readonly buffer Wt { float w[]; };  // wk or wv
+layout(std430, binding = 2) readonly buffer Bi { float bv[]; };
 layout(std430, binding = 3) buffer Y { float y[]; };   // MODE 0: qt; MODE 1: out
 layout(push_constant) uniform P { uint lq, heads, w, oa, ow, ob, oy, mode; float scale; } p;
 

@@ -8,9 +8,9 @@
 #version 450
 #include "common.glsl"
 layout(local_size_x = 128) in;
-layout(std430, binding = 0) buffer X { float x[]; };
-layout(std430, binding = 1) buffer W { float w[]; };
-layout(std430, binding = 2) buffer Bz { float bz[]; };  // LayerNorm's bias, or the gate's z
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) readonly buffer W { float w[]; };
+layout(std430, binding = 2) readonly buffer Bz { float bz[]; };  // LayerNorm's bias, or the gate's z
 layout(std430, binding = 3) buffer Y { float y[]; };
 layout(push_constant) uniform P {
     uint rows, d, ox, x_ld, per, ow, obz, oy, kind, wmode, gate;

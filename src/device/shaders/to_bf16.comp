@@ -3,7 +3,7 @@
 #version 450
 #include "common.glsl"
 layout(local_size_x = 256) in;
-layout(std430, binding = 0) buffer S { float src[]; };
+layout(std430, binding = 0) readonly buffer S { float src[]; };
 layout(std430, binding = 1) buffer D { uint dst[]; };
 layout(push_constant) uniform P { uint n, os, od, words; } p;
 
