@@ -5,11 +5,11 @@
 // x86 (the AVX2 and AVX-512 targets): one body, `tile` below, for every encoding. It multiplies R activation
 // rows by V vectors of columns over a tile's blocks, keeping R x V int32 block sums and R x V fp32 sums in
 // registers, and takes its instructions from one of three instruction sets (the `Isa` argument):
-//   Vnni512  (AVX-512 targets on a CPU with AVX512-VNNI): 16 columns per 512-bit vector, per row and step one
+//   Vnni     (AVX-512 targets on a CPU with AVX512-VNNI): 16 columns per 512-bit vector, per row and step one
 //            vpdpbusd of the step's 64 weight bytes (w + 128: unsigned, as the panel holds them) with the
 //            row's 4 levels as an embedded broadcast operand (signed): 64 multiply-adds per instruction. The
 //            bias comes off in the integers: each block's sums start at -128 * (the row's sum of levels).
-//   VnniAvx  (the AVX2 target on a CPU with AVX-VNNI): the same with 256-bit VEX vpdpbusd (8 columns per
+//   Vnni     (the AVX2 target on a CPU with AVX-VNNI): the same with 256-bit VEX vpdpbusd (8 columns per
 //            vector; VEX has no embedded broadcast: one vpbroadcastd load per row and step, shared by the
 //            row's vectors).
 //   Avx2     (no VNNI; also the AVX-512 targets without AVX512-VNNI): vpmaddubsw multiplies |w| by the
@@ -21,8 +21,9 @@
 // intermediate saturation, and (w + 128) * x sums minus 128 * sum x are w * x sums exactly, all within int32:
 // 32 * 255 * 127 < 2^31), level panels u * x with u < 32 (AVX2: kGroup steps keep 16-bit sums below 2^15).
 // The fp32 epilogue of a block is the twin's: one FMA by ws * s (and for level panels one more by O * ssum),
-// so every path gives the twins' bits. R and V per instruction set (kRows, kVecs) are what the registers
-// hold: 32 zmm for 8 x 2 int and fp sums, 16 ymm for 2 x 2 (docs/PERFORMANCE.md, the int8 yardstick).
+// so every path gives the twins' bits. R x V per instruction set (kRows x kVecs): 8 x 2 zmm, 4 x 2 ymm; the
+// int32 sums stay in registers through a block's steps, the fp32 ones (touched once per block) may be on the
+// stack (docs/PERFORMANCE.md, the int8 yardstick).
 // The functions take the Highway target's options plus that target's VNNI form (avx512vnni on AVX-512
 // targets, avxvnni on AVX2) as their target attribute: a template cannot take its target from a template
 // argument, so one target attribute per Highway target serves all three instruction sets; the non-VNNI
