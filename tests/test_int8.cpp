@@ -99,42 +99,43 @@ TEST(Int8Levels, ReproduceTheDequantisedValuesExactly) {
     EXPECT_EQ(affine_level_bits(GgmlType::Q6_K), 0);
 }
 
-// Signed panels keep a Q8_0 block as the file holds it when its largest level is +-127 (the quantiser's
-// rule, ggml's too): the requantised scale is the block's d and the levels are the file's.
-TEST(Int8Levels, Q8_0BlocksKeepTheirLevelsAndScale) {
-    constexpr int64_t cols = 256;
-    const std::vector<unsigned char> q = quantised(GgmlType::Q8_0, 3, cols, 13);
-    const uint64_t rb = ggml_row_bytes(ggml_type_traits(static_cast<uint32_t>(GgmlType::Q8_0)), cols);
-    std::vector<float> v(cols), s(cols / 32);
+// Q8_0 blocks come as the file holds them (matrix_row_int8): s * q is the dequantised value bit for bit for
+// every block, a matrix's row and column-group maps move levels as they move values.
+TEST(Int8Levels, Q8_0BlocksComeAsTheFileHoldsThem) {
+    constexpr int64_t rows = 4, cols = 256;
+    const std::vector<unsigned char> q = quantised(GgmlType::Q8_0, rows, cols, 13);
+    QuantMatrix m;
+    m.type = GgmlType::Q8_0;
+    m.data = q.data();
+    m.rows = rows;
+    m.cols = cols;
+    m.row_map = {2, 0, 3, 1};
+    m.col_group = 64;
+    m.col_map = {3, 0, 2, 1};
+    ASSERT_TRUE(has_int8_levels(m));
+    std::vector<float> want(cols), s(cols / 32);
     std::vector<int8_t> levels(cols);
-    int kept = 0;
-    for (int64_t r = 0; r < 3; ++r) {
-        const unsigned char* row = q.data() + r * rb;
-        dequantize_row_f32(GgmlType::Q8_0, row, v.data(), cols);
-        ops::i8::quantize_row(v.data(), cols, levels.data(), s.data());
-        for (int64_t b = 0; b < cols / 32; ++b) {
-            const unsigned char* blk = row + b * 34;  // fp16 d, 32 levels
-            int amax = 0;
-            for (int t = 0; t < 32; ++t) amax = std::max(amax, std::abs(static_cast<int8_t>(blk[2 + t])));
-            if (amax != 127) continue;
-            uint16_t d;
-            std::memcpy(&d, blk, 2);
-            EXPECT_EQ(s[b], f16_to_f32(d));
-            for (int t = 0; t < 32; ++t) EXPECT_EQ(levels[b * 32 + t], static_cast<int8_t>(blk[2 + t]));
-            ++kept;
-        }
+    for (int64_t r = 0; r < rows; ++r) {
+        m.row_f32(r, want.data());
+        ASSERT_TRUE(matrix_row_int8(m, r, levels.data(), s.data()));
+        for (int64_t c = 0; c < cols; ++c)
+            ASSERT_EQ(s[c / 32] * levels[c], want[c]) << "row " << r << " col " << c;
     }
-    // Most blocks: d rounded to fp16 can leave a block's largest level at 126 (23 of these 24 have 127).
-    EXPECT_GE(kept, 3 * cols / 32 / 2);
+    m.col_group = 16;  // groups that split a block
+    m.col_map.assign(cols / 16, 0);
+    EXPECT_FALSE(has_int8_levels(m));
+    EXPECT_FALSE(matrix_row_int8(m, 0, levels.data(), s.data()));
+    m.type = GgmlType::Q4_0;
+    EXPECT_FALSE(has_int8_levels(m));
 }
 
-// Level panels against the product with the file's values, computed in double here: only the activations are
-// quantised, so |y - x.w| <= sum_t |w_t| e_x,t (+ the fp32 accumulation); packed, streamed and the twins give
-// the same bits on every target and thread count.
+// Level panels (and Q8_0's blocks in signed panels) against the product with the file's values, computed in
+// double here: only the activations are quantised, so |y - x.w| <= sum_t |w_t| e_x,t (+ the fp32
+// accumulation); packed, streamed and the twins give the same bits on every target and thread count.
 TEST(Int8Levels, LinearWithinTheActivationBound) {
     std::mt19937 rng(59);
     std::normal_distribution<float> nd(0.f, 1.f);
-    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_0}) {
+    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_0, GgmlType::Q8_0}) {
         SCOPED_TRACE(ggml_type_traits(static_cast<uint32_t>(t)).name);
         constexpr int64_t m = 7, n = 70, k = 512, nb = k / 32;
         const std::vector<unsigned char> q = quantised(t, n, k, 11);
@@ -143,13 +144,24 @@ TEST(Int8Levels, LinearWithinTheActivationBound) {
         for (int64_t j = 0; j < n; ++j) dequantize_row_f32(t, q.data() + j * rb, w.data() + j * k, k);
         for (float& v : x) v = nd(rng);
         x[3] = 60.f;  // an outlier: its block's scale grows
+        QuantMatrix qm;
+        qm.type = t;
+        qm.data = q.data();
+        qm.rows = n;
+        qm.cols = k;
         const ops::LevelProvider levels = [&](int64_t r0, int64_t nr, uint8_t* u, float* D, float* O) {
             for (int64_t i = 0; i < nr; ++i)
                 row_levels(t, q.data() + (r0 + i) * rb, k, u + i * k, D + i * nb, O + i * nb);
         };
+        const ops::Int8Provider int8 = [&](int64_t r0, int64_t nr, int8_t* lv, float* s) {
+            for (int64_t i = 0; i < nr; ++i) ASSERT_TRUE(matrix_row_int8(qm, r0 + i, lv + i * k, s + i * nb));
+        };
         const int bits = affine_level_bits(t);
-        const ops::Int8Linear packed(levels, bits, n, k, false), streamed(levels, bits, n, k, true);
-        EXPECT_NE(packed.backend_name().find("levels"), std::string::npos);
+        const ops::Int8Linear packed =
+            bits ? ops::Int8Linear(levels, bits, n, k, false) : ops::Int8Linear(int8, n, k, false);
+        const ops::Int8Linear streamed =
+            bits ? ops::Int8Linear(levels, bits, n, k, true) : ops::Int8Linear(int8, n, k, true);
+        EXPECT_EQ(packed.backend_name().find("levels") != std::string::npos, bits != 0);
         std::vector<float> want(static_cast<size_t>(m * n)), got(want.size());
         packed.forward(x.data(), m, want.data(), nullptr, /*reference=*/true);
         for (int64_t i = 0; i < m; ++i) {

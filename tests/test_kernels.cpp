@@ -398,6 +398,34 @@ TEST(Int8Quantize, LevelsWithinHalfAStepAndSameBitsOnEveryTarget) {
             EXPECT_EQ(want[66], 0) << "0.5 rounds to the even level";
             EXPECT_EQ(want[67], -2) << "-2.5 rounds to the even level";
         }
+        // The activation blocks: quantize_row's levels and scale, then the word of the panels' kind.
+        for (bool levels : {false, true}) {
+            std::vector<unsigned char> acts(static_cast<size_t>(nb * ops::i8::kI8ActBytes)),
+                gacts(acts.size());
+            ops::i8::quantize_acts_ref(x.data(), k, acts.data(), levels);
+            for (int64_t b = 0; b < nb; ++b) {
+                const unsigned char* ab = acts.data() + b * ops::i8::kI8ActBytes;
+                ASSERT_EQ(std::memcmp(ab, want.data() + b * kI8Block, kI8Block), 0) << "block " << b;
+                float s;
+                std::memcpy(&s, ab + kI8Block, 4);
+                ASSERT_EQ(s, ws[b]);
+                int32_t sum = 0;
+                for (int t = 0; t < kI8Block; ++t) sum += want[b * kI8Block + t];
+                if (levels) {
+                    float ssum;
+                    std::memcpy(&ssum, ab + kI8Block + 4, 4);
+                    ASSERT_EQ(ssum, ws[b] * static_cast<float>(sum));
+                } else {
+                    int32_t bias;
+                    std::memcpy(&bias, ab + kI8Block + 4, 4);
+                    ASSERT_EQ(bias, -ops::i8::kI8Bias * sum);
+                }
+            }
+            on_every_target([&] {
+                ops::i8::quantize_acts(x.data(), k, gacts.data(), levels);
+                EXPECT_EQ(gacts, acts);
+            });
+        }
         on_every_target([&] {
             ops::i8::quantize_row(x.data(), k, got.data(), gs.data());
             EXPECT_EQ(got, want);
@@ -406,98 +434,197 @@ TEST(Int8Quantize, LevelsWithinHalfAStepAndSameBitsOnEveryTarget) {
     }
 }
 
-// The panel kernels' extension (ops/int8_kernels.h) is the one the run expects where it says
-// (CLEF_TEST_INT8_EXTENSION, "none" for none: scripts/test-aarch64's runs under qemu-user with and without
-// FEAT_DotProd, the x86 reruns under CLEF_MAX_ISA=avx2), so the tests below are known to have taken that
-// path. On x86 it is the best VNNI form the CPU has under the cap: the tests below run the VNNI kernels on
-// every CPU with VNNI (on the AVX2 and AVX-512 targets), against the same twins.
+// The extension the panel kernels take on the dispatched target (ops/int8_kernels.h), computed here from the
+// CPU's features under CLEF_MAX_ISA: on x86 512-bit VNNI on the AVX-512 targets, 256-bit on AVX2.
+std::string expected_int8_extension() {
+    const ops::CpuFeatures& f = ops::cpu_features();
+#if defined(__x86_64__)
+    const std::string t = ops::simd_target();
+    if (t.rfind("AVX3", 0) == 0) return f.avx512_vnni ? "avx512-vnni" : "";
+    if (t == "AVX2") return f.avx_vnni ? "avx-vnni" : "";
+    return "";
+#elif defined(__aarch64__)
+    return f.asimd_dotprod ? "dotprod" : "";
+#else
+    return "";
+#endif
+}
+
+// The panel kernels' extension is the one the run expects where it says (CLEF_TEST_INT8_EXTENSION, "none" for
+// none, on the default target: scripts/test-aarch64's runs under qemu-user with and without FEAT_DotProd, the
+// x86 reruns under CLEF_MAX_ISA: tests/CMakeLists.txt), so the tests below are known to have taken that path,
+// and on every target the one its features give. The tests below check that every call took it.
 TEST(Int8Panel, KernelExtensionIsTheExpectedOne) {
     const std::string ext = ops::i8::kernel_extension();
-    std::printf("  int8 kernel extension: %s (cpu: %s)\n", ext.empty() ? "none" : ext.c_str(),
-                ops::cpu_features_string().c_str());
+    std::printf("  int8 kernel extension: %s on %s (cpu: %s)\n", ext.empty() ? "none" : ext.c_str(),
+                ops::simd_target().c_str(), ops::cpu_features_string().c_str());
     if (const char* want = std::getenv("CLEF_TEST_INT8_EXTENSION")) {
         EXPECT_EQ(ext.empty() ? "none" : ext, want);
     }
+    on_every_target([&] { EXPECT_EQ(ops::i8::kernel_extension(), expected_int8_extension()); });
 #if defined(__x86_64__)
     const ops::CpuFeatures& f = ops::cpu_features();
-    EXPECT_EQ(ext, f.avx512_vnni ? "avx512-vnni" : f.avx_vnni ? "avx-vnni" : "");
     if (!f.avx2) {
         EXPECT_FALSE(f.avx_vnni || f.avx512_vnni) << "VNNI without AVX2 (a cap below avx2)";
     }
 #endif
 }
 
-// One panel of kI8Cols weight rows [ncols][k] quantised as Int8Linear packs them.
-std::vector<unsigned char> int8_panel(const std::vector<float>& w, int ncols, int64_t k) {
+// npanels panels of kI8Cols weight rows each ([ncols][k] of w, the rest zero) quantised as Int8Linear packs
+// them (levels + kI8Bias), panel_stride apart (more than a panel: the kernels must step by it).
+struct Int8Panels {
+    std::vector<unsigned char> bytes;
+    int64_t stride = 0;
+};
+Int8Panels int8_panels(const std::vector<float>& w, int ncols, int64_t k) {
     const int64_t nb = (k + kI8Block - 1) / kI8Block;
-    std::vector<unsigned char> p(static_cast<size_t>(nb * kI8PanelBlockBytes), 0);
+    const int npanels = (ncols + kI8Cols - 1) / kI8Cols;
+    Int8Panels p;
+    p.stride = nb * kI8PanelBlockBytes + 64;
+    p.bytes.assign(static_cast<size_t>(npanels * p.stride), 0xee);
     std::vector<int8_t> q(static_cast<size_t>(nb * kI8Block));
     std::vector<float> s(static_cast<size_t>(nb));
-    for (int c = 0; c < ncols; ++c) {
-        ops::i8::quantize_row_ref(w.data() + c * k, k, q.data(), s.data());
+    for (int c = 0; c < npanels * kI8Cols; ++c) {
+        std::fill(q.begin(), q.end(), 0);
+        std::fill(s.begin(), s.end(), 0.f);
+        if (c < ncols) ops::i8::quantize_row_ref(w.data() + c * k, k, q.data(), s.data());
+        unsigned char* panel = p.bytes.data() + (c / kI8Cols) * p.stride;
         for (int64_t b = 0; b < nb; ++b) {
             for (int t = 0; t < kI8Block; ++t)
-                p[b * kI8PanelBlockBytes + (t / 4) * 32 + c * 4 + t % 4] =
-                    static_cast<unsigned char>(q[b * kI8Block + t]);
-            std::memcpy(p.data() + b * kI8PanelBlockBytes + kI8Block * kI8Cols + c * 4, &s[b], 4);
+                panel[b * kI8PanelBlockBytes + (t / 4) * kI8Cols * 4 + (c % kI8Cols) * 4 + t % 4] =
+                    static_cast<unsigned char>(q[b * kI8Block + t] + ops::i8::kI8Bias);
+            std::memcpy(panel + b * kI8PanelBlockBytes + kI8Block * kI8Cols + (c % kI8Cols) * 4, &s[b], 4);
         }
     }
     return p;
 }
 
+// Quantised activation rows (ops::i8::I8Rows) of the given levels [rows][nb][kI8Block] and scales [rows][nb],
+// the last word of each block for signed panels (levels false) or level panels, rows ld = one block more than
+// they need apart (the kernels must step by the stride they are given).
+struct Int8Acts {
+    std::vector<unsigned char> p;
+    int64_t ld = 0;
+    ops::i8::I8Rows rows(int n) const {
+        ops::i8::I8Rows r;
+        r.p = p.data();
+        r.ld = ld;
+        r.rows = n;
+        return r;
+    }
+};
+Int8Acts int8_acts(const std::vector<int8_t>& levels, const std::vector<float>& scales, int rows, int64_t nb,
+                   bool level_panels) {
+    using ops::i8::kI8ActBytes;
+    Int8Acts a;
+    a.ld = (nb + 1) * kI8ActBytes;
+    a.p.assign(static_cast<size_t>(rows * a.ld), 0xee);
+    for (int r = 0; r < rows; ++r)
+        for (int64_t b = 0; b < nb; ++b) {
+            unsigned char* ab = a.p.data() + r * a.ld + b * kI8ActBytes;
+            const float s = scales[r * nb + b];
+            int32_t sum = 0;
+            for (int t = 0; t < kI8Block; ++t) {
+                const int8_t v = levels[(r * nb + b) * kI8Block + t];
+                ab[t] = static_cast<unsigned char>(v);
+                sum += v;
+            }
+            std::memcpy(ab + kI8Block, &s, 4);
+            const float ssum = s * static_cast<float>(sum);
+            const int32_t bias = -ops::i8::kI8Bias * sum;
+            if (level_panels)
+                std::memcpy(ab + kI8Block + 4, &ssum, 4);
+            else
+                std::memcpy(ab + kI8Block + 4, &bias, 4);
+        }
+    return a;
+}
+
+// A tile over the panels into y (ldy apart), y starting as `init`.
+ops::i8::I8Tile int8_tile(const unsigned char* panel, int64_t stride, int64_t nb, int ncols, float* y,
+                          int64_t ldy, bool accumulate) {
+    ops::i8::I8Tile t;
+    t.panel = panel;
+    t.panel_stride = stride;
+    t.nb = nb;
+    t.ncols = ncols;
+    t.y = y;
+    t.ldy = ldy;
+    t.accumulate = accumulate;
+    return t;
+}
+
+// Signed panels: the twin against exact integer block sums computed here (scaled in double), and every
+// target bit for bit against the twin, for every row count of a call, one or two panels (full and partial),
+// starting from 0 or adding to y; every call took the extension expected (kernel_extension).
 TEST(Int8Panel, MatchesIntegerSumsAndSameBitsOnEveryTarget) {
     std::mt19937 rng(43);
     for (int64_t k : {1, 32, 33, 100, 512})
         for (int rows = 1; rows <= ops::i8::kI8Rows; ++rows)
-            for (int ncols : {1, 5, 8}) {
-                SCOPED_TRACE(::testing::Message() << "k " << k << " rows " << rows << " cols " << ncols);
-                const int64_t nb = (k + kI8Block - 1) / kI8Block, kp = nb * kI8Block;
-                std::vector<float> w = int8_rows(kI8Cols, k, rng);
-                w[0] = -127.f * 3;  // a level of -127 next to +127 elsewhere: the widest products
-                const std::vector<unsigned char> panel = int8_panel(w, ncols, k);
-                const std::vector<float> x = int8_rows(rows, k, rng);
-                std::vector<int8_t> xq(static_cast<size_t>(rows * kp));
-                std::vector<float> xs(static_cast<size_t>(rows * nb));
-                for (int r = 0; r < rows; ++r)
-                    ops::i8::quantize_row_ref(x.data() + r * k, k, xq.data() + r * kp, xs.data() + r * nb);
-                const int64_t ldy = 11;
-                std::vector<float> want(static_cast<size_t>(rows * ldy), -1.f), got(want);
-                ops::i8::panel_block_ref(xq.data(), xs.data(), nb, panel.data(), rows, ncols, want.data(),
-                                         ldy);
-                // The reference against sums computed here: exact integer block sums, scaled in double.
-                for (int r = 0; r < rows; ++r)
-                    for (int c = 0; c < kI8Cols; ++c) {
-                        double y = 0, mag = 0;
-                        for (int64_t b = 0; b < nb; ++b) {
-                            int64_t sum = 0;
-                            for (int t = 0; t < kI8Block; ++t)
-                                sum += int64_t{xq[r * kp + b * kI8Block + t]} *
-                                       static_cast<int8_t>(
-                                           panel[b * kI8PanelBlockBytes + (t / 4) * 32 + c * 4 + t % 4]);
-                            float ws;
-                            std::memcpy(
-                                &ws, panel.data() + b * kI8PanelBlockBytes + kI8Block * kI8Cols + c * 4, 4);
-                            const double term = double(sum) * ws * xs[r * nb + b];
-                            y += term;
-                            mag += std::fabs(term);
+            for (int ncols : {1, 5, 16, 17, 32})
+                for (bool accumulate : {false, true}) {
+                    SCOPED_TRACE(::testing::Message() << "k " << k << " rows " << rows << " cols " << ncols
+                                                      << (accumulate ? " accumulate" : ""));
+                    const int64_t nb = (k + kI8Block - 1) / kI8Block;
+                    std::vector<float> w = int8_rows(ncols, k, rng);
+                    w[0] = -127.f * 3;  // a level of -127 next to +127 elsewhere: the widest products
+                    const Int8Panels panels = int8_panels(w, ncols, k);
+                    const std::vector<float> xf = int8_rows(rows, k, rng);
+                    std::vector<int8_t> levels(static_cast<size_t>(rows * nb * kI8Block));
+                    std::vector<float> scales(static_cast<size_t>(rows * nb));
+                    for (int r = 0; r < rows; ++r)
+                        ops::i8::quantize_row_ref(xf.data() + r * k, k, levels.data() + r * nb * kI8Block,
+                                                  scales.data() + r * nb);
+                    if (rows > 1) std::fill_n(levels.begin() + nb * kI8Block, kI8Block, int8_t{-127});
+                    const Int8Acts x = int8_acts(levels, scales, rows, nb, false);
+                    const int64_t ldy = 37;
+                    std::vector<float> init = normal(static_cast<size_t>(rows * ldy), rng, 1.f);
+                    std::vector<float> want = init, got;
+                    ops::i8::panel_block_ref(x.rows(rows), int8_tile(panels.bytes.data(), panels.stride, nb,
+                                                                     ncols, want.data(), ldy, accumulate));
+                    for (int r = 0; r < rows; ++r)
+                        for (int c = 0; c < ldy; ++c) {
+                            if (c >= ncols) {
+                                ASSERT_EQ(want[r * ldy + c], init[r * ldy + c])
+                                    << "a column past ncols was written";
+                                continue;
+                            }
+                            double y = accumulate ? init[r * ldy + c] : 0.0, mag = std::fabs(y);
+                            for (int64_t b = 0; b < nb; ++b) {
+                                int64_t sum = 0;
+                                for (int t = 0; t < kI8Block; ++t)
+                                    sum +=
+                                        int64_t{levels[(r * nb + b) * kI8Block + t]} *
+                                        int64_t{panels.bytes[(c / kI8Cols) * panels.stride +
+                                                             b * kI8PanelBlockBytes + (t / 4) * kI8Cols * 4 +
+                                                             (c % kI8Cols) * 4 + t % 4] -
+                                                ops::i8::kI8Bias};
+                                float ws;
+                                std::memcpy(&ws,
+                                            panels.bytes.data() + (c / kI8Cols) * panels.stride +
+                                                b * kI8PanelBlockBytes + kI8Block * kI8Cols +
+                                                (c % kI8Cols) * 4,
+                                            4);
+                                const double term = double(sum) * ws * scales[r * nb + b];
+                                y += term;
+                                mag += std::fabs(term);
+                            }
+                            // One rounding of the scale product and one of each fused add: 2 ulp of the
+                            // magnitude per block.
+                            ASSERT_LE(std::fabs(want[r * ldy + c] - y),
+                                      2.0 * (nb + 1) * mag * 0x1p-24 + 1e-30)
+                                << r << "," << c;
                         }
-                        const double got_v = c < ncols ? want[r * ldy + c] : y;
-                        // One rounding of the scale product and one of each fused add: 2 ulp of the magnitude
-                        // per block.
-                        ASSERT_LE(std::fabs(got_v - y), 2.0 * nb * mag * 0x1p-24 + 1e-30) << r << "," << c;
-                        if (c >= ncols) {
-                            ASSERT_EQ(want[r * ldy + c], -1.f) << "a column past ncols was written";
-                        }
-                    }
-                on_every_target([&] {
-                    std::fill(got.begin(), got.end(), -1.f);
-                    ops::i8::panel_block(xq.data(), xs.data(), nb, panel.data(), rows, ncols, got.data(),
-                                         ldy);
-                    ASSERT_EQ(got, want);
-                    EXPECT_EQ(ops::last_target(ops::KernelFamily::Int8), ops::simd_target());
-                    EXPECT_STREQ(ops::i8::last_kernel_extension(), ops::i8::kernel_extension());
-                });
-            }
+                    on_every_target([&] {
+                        got = init;
+                        ops::i8::panel_block(x.rows(rows), int8_tile(panels.bytes.data(), panels.stride, nb,
+                                                                     ncols, got.data(), ldy, accumulate));
+                        ASSERT_EQ(got, want);
+                        EXPECT_EQ(ops::last_target(ops::KernelFamily::Int8), ops::simd_target());
+                        EXPECT_STREQ(ops::i8::last_kernel_extension(), ops::i8::kernel_extension());
+                        EXPECT_EQ(ops::i8::kernel_extension(), expected_int8_extension());
+                    });
+                }
 }
 
 // Int8Linear against the fp32 product computed in double here, within the error of the two quantisations
@@ -507,7 +634,8 @@ TEST(Int8Panel, MatchesIntegerSumsAndSameBitsOnEveryTarget) {
 TEST(Int8Linear, WithinTheQuantisationBoundPackedStreamedAndThreaded) {
     std::mt19937 rng(47);
     // m x n x k (plain variables: clang 14 cannot capture structured bindings in the lambdas below).
-    const int64_t shapes[][3] = {{1, 1, 1}, {3, 9, 33}, {7, 70, 100}, {13, 130, 256}, {5, 64, 1000}};
+    const int64_t shapes[][3] = {{1, 1, 1},      {3, 9, 33},    {7, 70, 100},
+                                 {13, 130, 256}, {5, 64, 1000}, {19, 97, 1030}};
     for (const auto& shape : shapes) {
         const int64_t m = shape[0], n = shape[1], k = shape[2];
         SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k);
@@ -520,7 +648,8 @@ TEST(Int8Linear, WithinTheQuantisationBoundPackedStreamedAndThreaded) {
         EXPECT_FALSE(packed.streamed());
         EXPECT_TRUE(streamed.streamed());
         const int64_t nb = (k + kI8Block - 1) / kI8Block;
-        EXPECT_EQ(packed.packed_bytes(), static_cast<size_t>(((n + 63) / 64) * 8 * nb * kI8PanelBlockBytes));
+        EXPECT_EQ(packed.packed_bytes(),
+                  static_cast<size_t>(((n + 63) / 64) * (64 / kI8Cols) * nb * kI8PanelBlockBytes));
         EXPECT_EQ(streamed.packed_bytes(), 0u);
         std::vector<float> want(static_cast<size_t>(m * n)), got(want.size());
         packed.forward(x.data(), m, want.data(), bias.data(), /*reference=*/true);
@@ -563,70 +692,91 @@ TEST(Int8Linear, WithinTheQuantisationBoundPackedStreamedAndThreaded) {
 
 // Level panels (4- and 5-bit unsigned levels with a scale and an offset per 32 values): the twin against
 // exact integer sums scaled in double, and every target bit for bit against the twin, at levels up to the
-// bound that the 16-bit pair sums were sized for (all 15 or all 31 against activations of +-127).
+// bound that the AVX2 kernels' 16-bit pair sums were sized for (all 15 or all 31 against activations of
+// +-127), one or two panels, starting from 0 or adding to y.
 TEST(Int8Panel, LevelPanelsMatchIntegerSumsAndSameBitsOnEveryTarget) {
     using ops::i8::kU8PanelBlockBytes;
     std::mt19937 rng(53);
     for (int bits : {4, 5})
         for (int64_t nb : {1, 3, 16})
-            for (int rows = 1; rows <= ops::i8::kI8Rows; ++rows) {
-                SCOPED_TRACE(::testing::Message()
-                             << bits << " bits, " << nb << " blocks, " << rows << " rows");
-                const int umax = (1 << bits) - 1;
-                std::uniform_int_distribution<int> level(0, umax), q(-127, 127);
-                std::vector<unsigned char> panel(static_cast<size_t>(nb * kU8PanelBlockBytes));
-                for (int64_t b = 0; b < nb; ++b) {
-                    unsigned char* pb = panel.data() + b * kU8PanelBlockBytes;
-                    for (int t = 0; t < kI8Block * kI8Cols; ++t)
-                        pb[t] = static_cast<unsigned char>(b == 0 ? umax : level(rng));
-                    const std::vector<float> d = normal(2 * kI8Cols, rng, 0.01f);
-                    std::memcpy(pb + kI8Block * kI8Cols, d.data(), d.size() * 4);
-                }
-                const int64_t kp = nb * kI8Block;
-                std::vector<int8_t> xq(static_cast<size_t>(rows * kp));
-                // Row 0's first block all +127 and row 1's all -127 against block 0's all-umax levels: the
-                // widest 16-bit pair sums.
-                for (int64_t i = 0; i < rows * kp; ++i)
-                    xq[i] = static_cast<int8_t>(i < kI8Block                   ? 127
-                                                : i >= kp && i < kp + kI8Block ? -127
-                                                                               : q(rng));
-                std::vector<float> xs = normal(static_cast<size_t>(rows * nb), rng, 0.1f);
-                std::vector<int32_t> xsum(static_cast<size_t>(rows * nb));
-                for (int r = 0; r < rows; ++r)
-                    for (int64_t b = 0; b < nb; ++b)
-                        for (int t = 0; t < kI8Block; ++t) xsum[r * nb + b] += xq[r * kp + b * kI8Block + t];
-                const int ncols = 7, ldy = 9;
-                std::vector<float> want(static_cast<size_t>(rows * ldy), -1.f), got(want);
-                ops::i8::panel_block_u_ref(xq.data(), xs.data(), xsum.data(), nb, panel.data(), rows, ncols,
-                                           want.data(), ldy, bits);
-                for (int r = 0; r < rows; ++r)
-                    for (int c = 0; c < ncols; ++c) {
-                        double y = 0, mag = 0;
-                        for (int64_t b = 0; b < nb; ++b) {
-                            const unsigned char* pb = panel.data() + b * kU8PanelBlockBytes;
-                            int64_t sum = 0;
-                            for (int t = 0; t < kI8Block; ++t)
-                                sum +=
-                                    int64_t{xq[r * kp + b * kI8Block + t]} * pb[(t / 4) * 32 + c * 4 + t % 4];
-                            float d, o;
-                            std::memcpy(&d, pb + kI8Block * kI8Cols + c * 4, 4);
-                            std::memcpy(&o, pb + kI8Block * kI8Cols + kI8Cols * 4 + c * 4, 4);
-                            const double t1 = double(sum) * d * xs[r * nb + b],
-                                         t2 = double(xsum[r * nb + b]) * o * xs[r * nb + b];
-                            y += t1 + t2;
-                            mag += std::fabs(t1) + std::fabs(t2);
-                        }
-                        ASSERT_LE(std::fabs(want[r * ldy + c] - y), 4.0 * nb * mag * 0x1p-24 + 1e-30)
-                            << r << "," << c;
+            for (int rows = 1; rows <= ops::i8::kI8Rows; ++rows)
+                for (int ncols : {7, 16, 29})
+                    for (bool accumulate : {false, true}) {
+                        SCOPED_TRACE(::testing::Message()
+                                     << bits << " bits, " << nb << " blocks, " << rows << " rows, " << ncols
+                                     << " cols" << (accumulate ? ", accumulate" : ""));
+                        const int umax = (1 << bits) - 1;
+                        std::uniform_int_distribution<int> level(0, umax), q(-127, 127);
+                        const int npanels = (ncols + kI8Cols - 1) / kI8Cols;
+                        const int64_t stride = nb * kU8PanelBlockBytes + 64;
+                        std::vector<unsigned char> panels(static_cast<size_t>(npanels * stride), 0xee);
+                        for (int p = 0; p < npanels; ++p)
+                            for (int64_t b = 0; b < nb; ++b) {
+                                unsigned char* pb = panels.data() + p * stride + b * kU8PanelBlockBytes;
+                                for (int t = 0; t < kI8Block * kI8Cols; ++t)
+                                    pb[t] = static_cast<unsigned char>(b == 0 ? umax : level(rng));
+                                const std::vector<float> d = normal(2 * kI8Cols, rng, 0.01f);
+                                std::memcpy(pb + kI8Block * kI8Cols, d.data(), d.size() * 4);
+                            }
+                        // Row 0's first block all +127 and row 1's all -127 against block 0's all-umax
+                        // levels: the widest 16-bit pair sums.
+                        std::vector<int8_t> levels(static_cast<size_t>(rows * nb * kI8Block));
+                        for (int64_t i = 0; i < static_cast<int64_t>(levels.size()); ++i)
+                            levels[i] =
+                                static_cast<int8_t>(i < kI8Block                                    ? 127
+                                                    : i >= nb * kI8Block && i < (nb + 1) * kI8Block ? -127
+                                                                                                    : q(rng));
+                        const std::vector<float> scales = normal(static_cast<size_t>(rows * nb), rng, 0.1f);
+                        const Int8Acts x = int8_acts(levels, scales, rows, nb, true);
+                        const int64_t ldy = 33;
+                        const std::vector<float> init = normal(static_cast<size_t>(rows * ldy), rng, 1.f);
+                        std::vector<float> want = init, got;
+                        ops::i8::panel_block_u_ref(
+                            x.rows(rows),
+                            int8_tile(panels.data(), stride, nb, ncols, want.data(), ldy, accumulate), bits);
+                        for (int r = 0; r < rows; ++r)
+                            for (int c = 0; c < ldy; ++c) {
+                                if (c >= ncols) {
+                                    ASSERT_EQ(want[r * ldy + c], init[r * ldy + c]) << "a column past ncols";
+                                    continue;
+                                }
+                                double y = accumulate ? init[r * ldy + c] : 0.0, mag = std::fabs(y);
+                                for (int64_t b = 0; b < nb; ++b) {
+                                    const unsigned char* pb =
+                                        panels.data() + (c / kI8Cols) * stride + b * kU8PanelBlockBytes;
+                                    const int cc = c % kI8Cols;
+                                    int64_t sum = 0, xsum = 0;
+                                    for (int t = 0; t < kI8Block; ++t) {
+                                        const int64_t xv = levels[(r * nb + b) * kI8Block + t];
+                                        sum += xv * pb[(t / 4) * kI8Cols * 4 + cc * 4 + t % 4];
+                                        xsum += xv;
+                                    }
+                                    float d, o;
+                                    std::memcpy(&d, pb + kI8Block * kI8Cols + cc * 4, 4);
+                                    std::memcpy(&o, pb + kI8Block * kI8Cols + kI8Cols * 4 + cc * 4, 4);
+                                    const double t1 = double(sum) * d * scales[r * nb + b],
+                                                 t2 = double(xsum) * o * scales[r * nb + b];
+                                    y += t1 + t2;
+                                    mag += std::fabs(t1) + std::fabs(t2);
+                                }
+                                // The scale product, s * sum and two fused adds per block: 4 ulp of the
+                                // magnitude.
+                                ASSERT_LE(std::fabs(want[r * ldy + c] - y),
+                                          4.0 * (nb + 1) * mag * 0x1p-24 + 1e-30)
+                                    << r << "," << c;
+                            }
+                        on_every_target([&] {
+                            got = init;
+                            ops::i8::panel_block_u(
+                                x.rows(rows),
+                                int8_tile(panels.data(), stride, nb, ncols, got.data(), ldy, accumulate),
+                                bits);
+                            ASSERT_EQ(got, want);
+                            EXPECT_EQ(ops::last_target(ops::KernelFamily::Int8), ops::simd_target());
+                            EXPECT_STREQ(ops::i8::last_kernel_extension(), ops::i8::kernel_extension());
+                            EXPECT_EQ(ops::i8::kernel_extension(), expected_int8_extension());
+                        });
                     }
-                on_every_target([&] {
-                    std::fill(got.begin(), got.end(), -1.f);
-                    ops::i8::panel_block_u(xq.data(), xs.data(), xsum.data(), nb, panel.data(), rows, ncols,
-                                           got.data(), ldy, bits);
-                    ASSERT_EQ(got, want);
-                    EXPECT_STREQ(ops::i8::last_kernel_extension(), ops::i8::kernel_extension());
-                });
-            }
 }
 
 }  // namespace

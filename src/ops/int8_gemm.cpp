@@ -14,27 +14,39 @@
 
 namespace clef::ops {
 
+using i8::kI8Bias;
 using i8::kI8Block;
 using i8::kI8Cols;
 using i8::kI8PanelBlockBytes;
 using i8::kI8Rows;
+using i8::kI8TileCols;
 using i8::kU8PanelBlockBytes;
 
 namespace {
 
-constexpr int64_t kColBlock = 8 * kI8Cols;  // output columns per task: one streamed decode, 8 panels
+constexpr int64_t kColBlock = 4 * kI8Cols;  // output columns per task: one streamed decode, 4 panels
+// Blocks of k per kernel call: a tile's weights over them (kI8TileCols x 512 levels + scales, 18 KiB) stay in
+// the L1 cache while every row of the activations passes (docs/PERFORMANCE.md, the int8 yardstick).
+constexpr int64_t kKBlocks = 16;
 
 using QuantizeFn = void (*)(const float*, int64_t, int8_t*, float*);
+using QuantizeActsFn = void (*)(const float*, int64_t, unsigned char*, bool);
 
-// Scatters one weight row (column c of its panel) into the panel layout: block b's kI8Block levels lv as
-// kI8Block / 4 steps of 4, then one fp32 per array in f (f[a][b]) after the levels, kI8Cols floats apart.
-void scatter_row(const void* lv, std::initializer_list<const float*> f, int64_t nb, int64_t block_bytes,
-                 int64_t c, unsigned char* panel) {
+// Scatters one weight row (column c of its panel) into the panel layout: block b's kI8Block levels lv (each
+// byte xor 0x80 with `bias`: w + kI8Bias for int8 levels w) as kI8Block / 4 steps of 4, then one fp32 per
+// array in f (f[a][b]) after the levels, kI8Cols floats apart.
+void scatter_row(const void* lv, bool bias, std::initializer_list<const float*> f, int64_t nb,
+                 int64_t block_bytes, int64_t c, unsigned char* panel) {
     const auto* l = static_cast<const unsigned char*>(lv);
+    const uint32_t flip = bias ? 0x80808080u : 0u;
     for (int64_t b = 0; b < nb; ++b) {
         unsigned char* pb = panel + b * block_bytes;
-        for (int st = 0; st < kI8Block / 4; ++st)
-            std::memcpy(pb + st * 32 + c * 4, l + b * kI8Block + st * 4, 4);
+        for (int st = 0; st < kI8Block / 4; ++st) {
+            uint32_t four;
+            std::memcpy(&four, l + b * kI8Block + st * 4, 4);
+            four ^= flip;
+            std::memcpy(pb + st * kI8Cols * 4 + c * 4, &four, 4);
+        }
         int64_t at = kI8Block * kI8Cols;
         for (const float* a : f) {
             std::memcpy(pb + at + c * 4, a + b, 4);
@@ -43,37 +55,42 @@ void scatter_row(const void* lv, std::initializer_list<const float*> f, int64_t 
     }
 }
 
-// Quantises nr fp32 rows [nr][k] into the panels they fall in (column j of panel j / kI8Cols); q and s are
-// one row's scratch. Columns without a row keep what panels held (zero-initialised by the caller).
-void pack_rows(const float* src, int64_t nr, int64_t k, int64_t nb, unsigned char* panels, int8_t* q,
-               float* s, QuantizeFn quantize) {
-    for (int64_t j = 0; j < nr; ++j) {
-        quantize(src + j * k, k, q, s);
-        scatter_row(q, {s}, nb, kI8PanelBlockBytes, j % kI8Cols,
+// nr rows of int8 levels q [nr][nb * kI8Block] with scales s [nr][nb] into the signed panels they fall in
+// (column j of panel j / kI8Cols). Columns without a row keep what panels held (the caller zero-fills: a zero
+// scale).
+void pack_int8(const int8_t* q, const float* s, int64_t nr, int64_t nb, unsigned char* panels) {
+    for (int64_t j = 0; j < nr; ++j)
+        scatter_row(q + j * nb * kI8Block, true, {s + j * nb}, nb, kI8PanelBlockBytes, j % kI8Cols,
                     panels + (j / kI8Cols) * nb * kI8PanelBlockBytes);
-    }
 }
 
-// The same for nr rows of levels u [nr][k] with D and O [nr][nb] (level panels).
+// The same for nr rows of levels u [nr][nb * kI8Block] with D and O [nr][nb] (level panels, no bias).
 void pack_levels(const uint8_t* u, const float* D, const float* O, int64_t nr, int64_t nb,
                  unsigned char* panels) {
     for (int64_t j = 0; j < nr; ++j)
-        scatter_row(u + j * nb * kI8Block, {D + j * nb, O + j * nb}, nb, kU8PanelBlockBytes, j % kI8Cols,
-                    panels + (j / kI8Cols) * nb * kU8PanelBlockBytes);
+        scatter_row(u + j * nb * kI8Block, false, {D + j * nb, O + j * nb}, nb, kU8PanelBlockBytes,
+                    j % kI8Cols, panels + (j / kI8Cols) * nb * kU8PanelBlockBytes);
 }
 
 }  // namespace
 
+// The weights' source: one of the three providers (ops/int8_gemm.h).
+struct Int8Linear::Providers {
+    RowProviderF32 rows;
+    LevelProvider levels;
+    Int8Provider int8;
+    bool any() const { return rows || levels || int8; }
+};
+
 struct Int8Linear::Impl {
     int64_t nb = 0, kp = 0;
     int bits = 0;                       // level panels of this many bits, else 0 (signed panels)
-    RowProviderF32 rows;                // streamed signed panels
-    LevelProvider levels;               // streamed level panels
+    Providers src;                      // streamed: the provider, read on every forward
     std::vector<unsigned char> packed;  // all panels, column block after column block (packed only)
 
     int64_t block_bytes() const { return bits ? kU8PanelBlockBytes : kI8PanelBlockBytes; }
     int64_t panel_bytes() const { return nb * block_bytes(); }
-    bool streamed() const { return rows || levels; }
+    bool streamed() const { return src.any(); }
     // One thread's scratch for one column block.
     struct Scratch {
         std::vector<float> f32, d, o;
@@ -81,33 +98,44 @@ struct Int8Linear::Impl {
         std::vector<int8_t> q;
         std::vector<float> s;
     };
-    // Columns [c0, c0 + nc) (nc <= kColBlock) into `panels` (kColBlock / kI8Cols panels, zeroed here) from
-    // the provider in use.
-    void decode(const RowProviderF32& rp, const LevelProvider& lp, int64_t c0, int64_t nc, int64_t k,
-                Scratch& sc, unsigned char* panels, QuantizeFn quantize) const {
-        std::fill_n(panels, (kColBlock / kI8Cols) * panel_bytes(), 0);
-        if (bits) {
-            sc.u.resize(static_cast<size_t>(kColBlock * k));
-            sc.d.resize(static_cast<size_t>(kColBlock * nb));
-            sc.o.resize(sc.d.size());
-            lp(c0, nc, sc.u.data(), sc.d.data(), sc.o.data());
-            pack_levels(sc.u.data(), sc.d.data(), sc.o.data(), nc, nb, panels);
-            return;
+    // Columns [c0, c0 + nc) (nc <= kColBlock) into `panels` (kColBlock / kI8Cols panels; the columns from nc
+    // on zeroed here) from the provider in pv; fp32 rows are quantised with `quantize`.
+    void decode(const Providers& pv, int64_t c0, int64_t nc, int64_t k, Scratch& sc, unsigned char* panels,
+                QuantizeFn quantize) const {
+        if (nc < kColBlock) std::fill_n(panels, (kColBlock / kI8Cols) * panel_bytes(), 0);
+        sc.s.resize(static_cast<size_t>(kColBlock * nb));
+        if (pv.levels) {
+            sc.u.resize(static_cast<size_t>(kColBlock * kp));
+            sc.o.resize(sc.s.size());
+            pv.levels(c0, nc, sc.u.data(), sc.s.data(), sc.o.data());
+            return pack_levels(sc.u.data(), sc.s.data(), sc.o.data(), nc, nb, panels);
         }
-        sc.f32.resize(static_cast<size_t>(kColBlock * k));
-        sc.q.resize(static_cast<size_t>(kp));
-        sc.s.resize(static_cast<size_t>(nb));
-        rp(c0, nc, sc.f32.data());
-        pack_rows(sc.f32.data(), nc, k, nb, panels, sc.q.data(), sc.s.data(), quantize);
+        sc.q.resize(static_cast<size_t>(kColBlock * kp));
+        if (pv.int8) {
+            pv.int8(c0, nc, sc.q.data(), sc.s.data());
+        } else {
+            sc.f32.resize(static_cast<size_t>(kColBlock * k));
+            pv.rows(c0, nc, sc.f32.data());
+            for (int64_t j = 0; j < nc; ++j)
+                quantize(sc.f32.data() + j * k, k, sc.q.data() + j * kp, sc.s.data() + j * nb);
+        }
+        pack_int8(sc.q.data(), sc.s.data(), nc, nb, panels);
     }
     // Packs every column block once (a packed layer).
-    void pack_all(const RowProviderF32& rp, const LevelProvider& lp, int64_t n, int64_t k) {
+    void pack_all(const Providers& pv, int64_t n, int64_t k) {
         const int64_t nblocks = (n + kColBlock - 1) / kColBlock;
         packed.assign(static_cast<size_t>(nblocks * (kColBlock / kI8Cols) * panel_bytes()), 0);
         Scratch sc;
         for (int64_t c0 = 0; c0 < n; c0 += kColBlock)
-            decode(rp, lp, c0, std::min(kColBlock, n - c0), k, sc,
-                   packed.data() + (c0 / kI8Cols) * panel_bytes(), i8::quantize_row);
+            decode(pv, c0, std::min(kColBlock, n - c0), k, sc, packed.data() + (c0 / kI8Cols) * panel_bytes(),
+                   i8::quantize_row);
+    }
+    // Keeps pv (streamed) or packs from it.
+    void take(Providers pv, int64_t n, int64_t k, bool streamed) {
+        if (streamed)
+            src = std::move(pv);
+        else
+            pack_all(pv, n, k);
     }
 };
 
@@ -122,10 +150,7 @@ Int8Linear::Int8Linear(const RowProviderF32& rows, int64_t n, int64_t k, bool st
     Impl& p = *impl_;
     p.nb = (k + kI8Block - 1) / kI8Block;
     p.kp = p.nb * kI8Block;
-    if (streamed)
-        p.rows = rows;
-    else
-        p.pack_all(rows, {}, n, k);
+    p.take({rows, {}, {}}, n, k, streamed);
 }
 
 Int8Linear::Int8Linear(const LevelProvider& levels, int bits, int64_t n, int64_t k, bool streamed)
@@ -137,10 +162,17 @@ Int8Linear::Int8Linear(const LevelProvider& levels, int bits, int64_t n, int64_t
     p.nb = k / kI8Block;
     p.kp = k;
     p.bits = bits;
-    if (streamed)
-        p.levels = levels;
-    else
-        p.pack_all({}, levels, n, k);
+    p.take({{}, levels, {}}, n, k, streamed);
+}
+
+Int8Linear::Int8Linear(const Int8Provider& levels, int64_t n, int64_t k, bool streamed)
+    : n_(n), k_(k), impl_(std::make_unique<Impl>()) {
+    if (n <= 0 || k <= 0) throw Error("int8 linear: empty weight matrix");
+    if (k % kI8Block != 0) throw Error("int8 linear: int8 levels need whole 32-value blocks");
+    Impl& p = *impl_;
+    p.nb = k / kI8Block;
+    p.kp = k;
+    p.take({{}, {}, levels}, n, k, streamed);
 }
 
 bool Int8Linear::streamed() const {
@@ -169,25 +201,66 @@ std::string Int8Linear::backend_name() const {
     return impl_ && impl_->bits ? "int8-levels(" + int8_target() + ")" : int8_plan_string();
 }
 
+namespace {
+
+// Quantised activations [m][k] (ops/int8_kernels.h), rows ld bytes apart (not zeroed: every row is written
+// whole).
+struct Activations {
+    std::unique_ptr<unsigned char[]> p;
+    int64_t ld = 0, nb = 0;
+
+    Activations(int64_t m, int64_t nblocks)
+        : p(new unsigned char[static_cast<size_t>(m * nblocks * i8::kI8ActBytes)]),
+          ld(nblocks * i8::kI8ActBytes),
+          nb(nblocks) {}
+    // Rows [i0, i0 + rows), blocks from kb0 on.
+    i8::I8Rows rows(int64_t i0, int rows, int64_t kb0) const {
+        i8::I8Rows r;
+        r.p = p.get() + i0 * ld + kb0 * i8::kI8ActBytes;
+        r.ld = ld;
+        r.rows = rows;
+        return r;
+    }
+};
+
+// y[m][c0 + j] for j < nc (<= kColBlock) from the column block's panels (panel_bytes apart): per slice of
+// kKBlocks blocks, per tile of kI8TileCols columns, every row in groups of kI8Rows (bits: 0 signed panels).
+void column_block(const Activations& a, int64_t m, const unsigned char* panels, int64_t panel_bytes, int bits,
+                  int64_t nc, float* y, int64_t ldy, bool reference) {
+    const int64_t bb = bits ? kU8PanelBlockBytes : kI8PanelBlockBytes;
+    for (int64_t kb0 = 0; kb0 < a.nb; kb0 += kKBlocks)
+        for (int64_t j = 0; j < nc; j += kI8TileCols) {
+            i8::I8Tile t;
+            t.panel = panels + (j / kI8Cols) * panel_bytes + kb0 * bb;
+            t.panel_stride = panel_bytes;
+            t.nb = std::min(kKBlocks, a.nb - kb0);
+            t.ncols = static_cast<int>(std::min<int64_t>(kI8TileCols, nc - j));
+            t.ldy = ldy;
+            t.accumulate = kb0 > 0;
+            for (int64_t i0 = 0; i0 < m; i0 += kI8Rows) {
+                const i8::I8Rows x = a.rows(i0, static_cast<int>(std::min<int64_t>(kI8Rows, m - i0)), kb0);
+                t.y = y + i0 * ldy + j;
+                if (bits)
+                    (reference ? i8::panel_block_u_ref : i8::panel_block_u)(x, t, bits);
+                else
+                    (reference ? i8::panel_block_ref : i8::panel_block)(x, t);
+            }
+        }
+}
+
+}  // namespace
+
 void Int8Linear::forward(const float* x, int64_t m, float* y, const float* bias, bool reference) const {
     if (m <= 0) return;
     if (!impl_) throw Error("int8 linear: empty layer");
     const Impl& p = *impl_;
-    const int64_t n = n_, k = k_, nb = p.nb, kp = p.kp;
+    const int64_t n = n_, k = k_, nb = p.nb;
     const QuantizeFn quantize = reference ? i8::quantize_row_ref : i8::quantize_row;
+    const QuantizeActsFn quantize_acts = reference ? i8::quantize_acts_ref : i8::quantize_acts;
     num_threads();  // applies the global thread setting to this thread
-    std::vector<int8_t> xq(static_cast<size_t>(m * kp));
-    std::vector<float> xs(static_cast<size_t>(m * nb));
-    std::vector<int32_t> xsum(p.bits ? static_cast<size_t>(m * nb) : 0);
+    const Activations a(m, nb);
 #pragma omp parallel for schedule(static) if (m * k > (1 << 15))
-    for (int64_t i = 0; i < m; ++i) {
-        quantize(x + i * k, k, xq.data() + i * kp, xs.data() + i * nb);
-        for (int64_t b = 0; b < (p.bits ? nb : 0); ++b) {
-            int32_t s = 0;
-            for (int t = 0; t < kI8Block; ++t) s += xq[i * kp + b * kI8Block + t];
-            xsum[i * nb + b] = s;
-        }
-    }
+    for (int64_t i = 0; i < m; ++i) quantize_acts(x + i * k, k, a.p.get() + i * a.ld, p.bits != 0);
     const int64_t nblocks = (n + kColBlock - 1) / kColBlock;
 #pragma omp parallel if (m * n * k > (1 << 18))
     {
@@ -198,26 +271,12 @@ void Int8Linear::forward(const float* x, int64_t m, float* y, const float* bias,
             const int64_t c0 = cb * kColBlock, nc = std::min(kColBlock, n - c0);
             if (p.streamed()) {
                 own.resize(static_cast<size_t>((kColBlock / kI8Cols) * p.panel_bytes()));
-                p.decode(p.rows, p.levels, c0, nc, k, sc, own.data(), quantize);
+                p.decode(p.src, c0, nc, k, sc, own.data(), quantize);
             }
             // A packed layer's own panels (no offset on its empty buffer when streamed: UBSan).
             const unsigned char* panels =
                 p.streamed() ? own.data() : p.packed.data() + (c0 / kI8Cols) * p.panel_bytes();
-            for (int64_t i0 = 0; i0 < m; i0 += kI8Rows) {
-                const int rows = static_cast<int>(std::min<int64_t>(kI8Rows, m - i0));
-                for (int64_t j = 0; j < nc; j += kI8Cols) {
-                    const unsigned char* panel = panels + (j / kI8Cols) * p.panel_bytes();
-                    const int cols = static_cast<int>(std::min<int64_t>(kI8Cols, nc - j));
-                    float* yo = y + i0 * n + c0 + j;
-                    if (p.bits)
-                        (reference ? i8::panel_block_u_ref : i8::panel_block_u)(
-                            xq.data() + i0 * kp, xs.data() + i0 * nb, xsum.data() + i0 * nb, nb, panel, rows,
-                            cols, yo, n, p.bits);
-                    else
-                        (reference ? i8::panel_block_ref : i8::panel_block)(
-                            xq.data() + i0 * kp, xs.data() + i0 * nb, nb, panel, rows, cols, yo, n);
-                }
-            }
+            column_block(a, m, panels, p.panel_bytes(), p.bits, nc, y + c0, n, reference);
         }
     }
     if (!bias) return;
@@ -227,36 +286,43 @@ void Int8Linear::forward(const float* x, int64_t m, float* y, const float* bias,
 }
 
 double int8_kernel_gops(int iters, int bits) {
-    constexpr int64_t m = 64, k = 1024, n = 64, nb = k / kI8Block, reps = 16;  // ~2 ms per timed run
+    // One column block's slice of k against 64 rows, as the forward calls the kernels: ~1 ms per timed run.
+    constexpr int64_t m = 64, n = kColBlock, nb = kKBlocks, k = nb * kI8Block, reps = 32;
+    const auto value = [](int64_t i) { return static_cast<float>((i * 7919) % 2001 - 1000) / 1000.0f; };
+    Int8Linear::Impl w;  // the panels, packed as a layer packs them
+    w.nb = nb;
+    w.kp = k;
+    w.bits = bits;
+    Int8Linear::Providers pv;
+    if (bits)
+        pv.levels = [&](int64_t r0, int64_t nr, uint8_t* u, float* D, float* O) {
+            for (int64_t i = 0; i < nr * k; ++i) u[i] = static_cast<uint8_t>((r0 * k + i) % (1 << bits));
+            for (int64_t i = 0; i < nr * nb; ++i) D[i] = 0.01f, O[i] = -0.08f;
+        };
+    else
+        pv.rows = [&](int64_t r0, int64_t nr, float* out) {
+            for (int64_t i = 0; i < nr * k; ++i) out[i] = value(r0 * k + i);
+        };
+    w.pack_all(pv, n, k);
     const int threads = num_threads();
     double best = 0;
     std::vector<double> secs(static_cast<size_t>(threads), 0);
 #pragma omp parallel num_threads(threads)
     {
-        std::vector<int8_t> xq(static_cast<size_t>(m * k), 3);
-        std::vector<float> xs(static_cast<size_t>(m * nb), 0.5f);
-        const int64_t bb = bits ? kU8PanelBlockBytes : kI8PanelBlockBytes;
-        std::vector<unsigned char> panels(static_cast<size_t>((n / kI8Cols) * nb * bb), 5);
-        std::vector<int32_t> xsum(static_cast<size_t>(m * nb), 96);
+        const std::vector<unsigned char> panels = w.packed;  // each thread's own copy, in its core's cache
+        const Activations a(m, nb);
+        std::vector<float> x(static_cast<size_t>(k));
+        for (int64_t i = 0; i < m; ++i) {
+            for (int64_t t = 0; t < k; ++t) x[t] = value(i * 31 + t);
+            i8::quantize_acts(x.data(), k, a.p.get() + i * a.ld, bits != 0);
+        }
         std::vector<float> y(static_cast<size_t>(m * n));
         for (int it = 0; it <= iters; ++it) {
 #pragma omp barrier
             const double t0 = omp_get_wtime();
             for (int64_t rep = 0; rep < reps; ++rep)
-                for (int64_t i0 = 0; i0 < m; i0 += kI8Rows)
-                    for (int64_t j = 0; j < n; j += kI8Cols)
-                        if (bits)
-                            i8::panel_block_u(xq.data() + i0 * k, xs.data() + i0 * nb, xsum.data() + i0 * nb,
-                                              nb, panels.data() + (j / kI8Cols) * nb * bb, kI8Rows, kI8Cols,
-                                              y.data() + i0 * n + j, n, bits);
-                        else
-                            i8::panel_block(xq.data() + i0 * k, xs.data() + i0 * nb, nb,
-                                            panels.data() + (j / kI8Cols) * nb * bb, kI8Rows, kI8Cols,
-                                            y.data() + i0 * n + j, n);
+                column_block(a, m, panels.data(), w.panel_bytes(), bits, n, y.data(), n, false);
             const double dt = omp_get_wtime() - t0;
-#pragma omp barrier
-#pragma omp single
-            std::fill(secs.begin(), secs.end(), 0.0);
             secs[static_cast<size_t>(omp_get_thread_num())] = dt;
 #pragma omp barrier
 #pragma omp single

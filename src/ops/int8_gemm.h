@@ -9,12 +9,12 @@
 // Weights whose file type has affine 32-value blocks of at most 5 bits (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K:
 // quant/levels.h) come as those blocks' unsigned levels and (scale, offset) instead, exactly as the file
 // holds them, and multiply with about half the instructions (ops/int8_kernels.h, level panels); their only
-// error is the activations'. Other weights come as fp32 rows from the provider (a GGUF matrix dequantised
-// exactly, a BF16 or F16 matrix widened): a Q8_0 block whose largest level is +-127 keeps its levels and
-// scale exactly; Q4_0 and IQ4_NL blocks keep their levels up to the common factor; every other type (blocks
-// with mins, 16-value sub-block scales, grids) is requantised, within half a level of the block's new scale
-// (max |w| / 254): far inside the file's own quantisation step. Error of one output (what tests/test_int8.cpp
-// holds it to):
+// error is the activations'. Q8_0 weights come as their blocks' int8 levels and scales, also exactly the
+// file's (Int8Provider; signed panels). Other weights come as fp32 rows from the provider (a GGUF matrix
+// dequantised exactly, a BF16 or F16 matrix widened) and are quantised: Q4_0 and IQ4_NL blocks keep their
+// levels up to the common factor; every other type (blocks with mins, 16-value sub-block scales, grids) is
+// requantised, within half a level of the block's new scale (max |w| / 254): far inside the file's own
+// quantisation step. Error of one output (what tests/test_kernels.cpp and tests/test_int8.cpp hold it to):
 //   |y - x.w| <= sum over t of (|x_t| e_w,t + |w_t| e_x,t + e_x,t e_w,t) + fp32 rounding of the block sums,
 // with e_x,t = s_x / 2 and e_w,t = s_w / 2 of t's blocks.
 //
@@ -36,6 +36,10 @@ using RowProviderF32 = std::function<void(int64_t row0, int64_t nrows, float* ou
 // Fills rows [row0, row0 + nrows) of a [n][k] weight as levels u (nrows * k) and the per-32 D and O
 // (nrows * k / 32 each) with w = D * u + O. Called from any thread when streamed.
 using LevelProvider = std::function<void(int64_t row0, int64_t nrows, uint8_t* u, float* D, float* O)>;
+// Fills rows [row0, row0 + nrows) of a [n][k] weight as int8 levels q (nrows * k) and per-32 scales s
+// (nrows * k / 32) with w = s * q (Q8_0's blocks as they are: quant/levels.h). Called from any thread when
+// streamed.
+using Int8Provider = std::function<void(int64_t row0, int64_t nrows, int8_t* q, float* s)>;
 
 class Int8Linear {
 public:
@@ -45,6 +49,8 @@ public:
     Int8Linear(const RowProviderF32& rows, int64_t n, int64_t k, bool streamed);
     // Levels of `bits` (4 or 5) bits; k must be a multiple of 32.
     Int8Linear(const LevelProvider& levels, int bits, int64_t n, int64_t k, bool streamed);
+    // int8 levels and scales multiplied as they are (no requantisation); k must be a multiple of 32.
+    Int8Linear(const Int8Provider& levels, int64_t n, int64_t k, bool streamed);
     Int8Linear(Int8Linear&&) noexcept;
     Int8Linear& operator=(Int8Linear&&) noexcept;
     ~Int8Linear();
@@ -64,6 +70,7 @@ public:
                  bool reference = false) const;
 
     struct Impl;
+    struct Providers;
 
 private:
     int64_t n_ = 0, k_ = 0;

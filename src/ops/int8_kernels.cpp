@@ -1,43 +1,48 @@
 // The int8 GEMM's kernels (ops/int8_kernels.h), compiled once per Highway target (foreach_target.h
 // re-includes this file) and dispatched at run time, and their plain-C++ twins (the reference every target is
-// tested against bit for bit: tests/test_int8.cpp).
+// tested against bit for bit: tests/test_kernels.cpp).
 //
-// panel_block on x86 targets with AVX2 (AVX2 and the AVX-512 ones): per step, one 32-byte load holds four k
-// of eight columns; each row's four activation levels are broadcast, take the weights' signs (vpsignb) so
-// that vpmaddubsw multiplies |w| (unsigned) by them without saturating (2 * 128 * 127 < 2^15), and vpmaddwd
-// sums the pairs into eight int32 column sums. At the end of a block the sums become fp32 and are added with
-// one FMA by the product of the two scales, as the twin does.
+// x86 (the AVX2 and AVX-512 targets): one body, `tile` below, for every encoding. It multiplies R activation
+// rows by V vectors of columns over a tile's blocks, keeping R x V int32 block sums and R x V fp32 sums in
+// registers, and takes its instructions from one of three instruction sets (the `Isa` argument):
+//   Vnni     (AVX-512 targets on a CPU with AVX512-VNNI): 16 columns per 512-bit vector, per row and step one
+//            vpdpbusd of the step's 64 weight bytes (w + 128: unsigned, as the panel holds them) with the
+//            row's 4 levels as an embedded broadcast operand (signed): 64 multiply-adds per instruction. The
+//            bias comes off in the integers: each block's sums start at -128 * (the row's sum of levels).
+//   Vnni     (the AVX2 target on a CPU with AVX-VNNI): the same with 256-bit VEX vpdpbusd (8 columns per
+//            vector; VEX has no embedded broadcast: one vpbroadcastd load per row and step, shared by the
+//            row's vectors).
+//   Avx2     (no VNNI; also the AVX-512 targets without AVX512-VNNI): vpmaddubsw multiplies |w| by the
+//            activations carrying w's sign (vpsignb; w = the panel's byte xor 0x80, |w| once per step for all
+//            rows), vpmaddwd widens the pairs into int32. Level panels (u < 32, unsigned as they are) add
+//            vpmaddubsw's 16-bit pair sums over several steps before widening (kGroup).
+// Every path adds the same exact products into int32 block sums: signed panels |w|, |x| <= 127 (the AVX2
+// pair sums at most 2 * 127 * 127 < 2^15, no saturation; vpdpbusd's four products per lane are added without
+// intermediate saturation, and (w + 128) * x sums minus 128 * sum x are w * x sums exactly, all within int32:
+// 32 * 255 * 127 < 2^31), level panels u * x with u < 32 (AVX2: kGroup steps keep 16-bit sums below 2^15).
+// The fp32 epilogue of a block is the twin's: one FMA by ws * s (and for level panels one more by O * ssum),
+// so every path gives the twins' bits. R x V per instruction set (kRows x kVecs): 8 x 2 zmm, 4 x 2 ymm; the
+// int32 sums stay in registers through a block's steps, the fp32 ones (touched once per block) may be on the
+// stack (docs/PERFORMANCE.md, the int8 yardstick).
+// The functions take the Highway target's options plus that target's VNNI form (avx512vnni on AVX-512
+// targets, avxvnni on AVX2) as their target attribute: a template cannot take its target from a template
+// argument, so one target attribute per Highway target serves all three instruction sets; the non-VNNI
+// instantiations contain no VNNI instruction (the compiler emits vpdpbusd only from its intrinsics).
 //
-// x86 VNNI (ops/cpu.h's avx512_vnni or avx_vnni, chosen at run time in the AVX2 and AVX-512 targets; Highway
-// 1.0 compiles no AVX3_DL target by default): the same kernels with one vpdpbusd (u8 x s8, four products per
-// int32 lane added to it without intermediate saturation) in place of vpmaddubsw + vpmaddwd (+ vpaddd), one
-// body (int8_kernels_vnni.h) compiled by target attribute as AVX512-VNNI with VL (EVEX, preferred: Cascade
-// Lake and later, Zen 4) and AVX-VNNI (VEX: Alder Lake and later, Zen 5). They give the AVX2 kernels' and the
-// twins' bits: signed panels take the same sign trick (vpdpbusd's first operand is unsigned too), so every
-// product is |w| * (+-x) = w * x with |w|, |x| <= 127; vpmaddubsw's pair sums (at most 2 * 127 * 127 = 32258
-// < 2^15) never saturated in the AVX2 path either, so both paths add the same exact products into int32
-// block sums (at most 32 * 127 * 127 < 2^31), the same integers. Level panels: u < 32 and |x| <= 127, exact
-// in both as well (the AVX2 path's 16-bit sums stay below 2^15 by its kSteps). The fp32 epilogue is the AVX2
-// kernels' own code (add_block, add_level_block), so the floats are equal bit for bit too. CLEF_MAX_ISA=avx2
-// (and below) turns both off; avx_vnni keeps AVX-VNNI alone, avx512_vnni and avx512_bf16 AVX512-VNNI alone.
-//
-// On aarch64 with FEAT_DotProd (Armv8.2's sdot, ops/cpu.h's asimd_dotprod, on under CLEF_MAX_ISA=dotprod or
-// native), whatever Highway target is dispatched: the step layout is what sdot consumes. Per block, each
-// activation row's 32 levels are two 16-byte loads; per step, the two 16-byte halves of the weights (columns
-// 0-3 and 4-7, four k each) take vdotq_laneq_s32 with the row's four levels of the step (one 32-bit lane)
-// into two int32x4 column sums, exact (32 * 127 * 127 < 2^31; level-panel bytes are < 32, so valid signed
-// int8 and no sign trick is needed). The block's fp32 steps are the twin's: one FMA by ws * xs, or for level
-// panels one by D * xs and one by xsum * (O * xs). These functions are compiled once with a target attribute
-// (Highway 1.0 has no dotprod target) and chosen at run time; without the feature, and on other targets,
-// the twin runs.
+// aarch64 with FEAT_DotProd (Armv8.2's sdot, ops/cpu.h's asimd_dotprod, on under CLEF_MAX_ISA=dotprod or
+// native), whatever Highway target is dispatched: per 8 columns of a panel (two 16-byte halves of the step's
+// 64 bytes, columns 0-3 and 4-7 of the half panel), each activation row's 32 levels of a block are two
+// 16-byte loads and every step takes vdotq_laneq_s32 with the row's four levels of the step (one 32-bit lane)
+// into two int32x4 column sums, exact (32 * 127 * 127 < 2^31); signed panels' bytes xor 0x80 are w, level
+// panels' bytes (< 32) are valid signed int8 as they are. The block's fp32 steps are the twin's. These
+// functions are compiled once with a target attribute (Highway 1.0 has no dotprod target) and chosen at run
+// time; without the feature, and on other targets, the twin runs.
 //
 // No i8mm (smmla) variant: smmla multiplies a 2x8 activation tile by an 8x2 weight tile, so it needs eight
-// consecutive k per column, two steps of this layout zipped together (vzip1q/vzip2q_s32: 16 zips of weights
-// per block, shared by the rows) plus the activation rows zipped in pairs (4 per pair and block) and the
-// block's scales built in its [r0c0 r0c1 r1c0 r1c1] order. Counting instructions per block: 2 rows take
-// 16 smmla + 20 zips against 32 sdot, 4 rows 32 smmla + 24 zips against 64 sdot, before the scale shuffles:
-// no gain worth a second aarch64 path without a panel layout of its own (8 k per column step), which the x86
-// kernels do not share.
+// consecutive k per column, two steps of this layout zipped together plus the activation rows zipped in
+// pairs and the block's scales built in its [r0c0 r0c1 r1c0 r1c1] order: counted per block, no gain worth a
+// second aarch64 path without a panel layout of its own (8 k per column step), which the x86 kernels do not
+// share. No AMX-INT8 (tdpbusd) path: no CPU this was written on has AMX, so it could not be tested.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/int8_kernels.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -56,25 +61,32 @@
 #include <immintrin.h>
 #endif
 
-#if HWY_ARCH_ARM_A64
+#if !defined(CLEF_INT8_KERNELS_DECLS)
+#define CLEF_INT8_KERNELS_DECLS  // this file is included once per target (foreach_target.h)
 namespace clef::ops::i8 {
+// The extension a panel kernel call used (kernel_extension's names), noted by every call for
+// last_kernel_extension.
+enum class Ext { None, Dotprod, AvxVnni, Avx512Vnni };
+void note_extension(Ext used);
+// A quantised activation block's last word (ops/int8_kernels.h) from its scale and sum of levels.
+inline void put_act_word(unsigned char* block, float s, int32_t sum, bool levels) {
+    if (levels) {
+        const float ssum = s * static_cast<float>(sum);
+        std::memcpy(block + kI8Block + 4, &ssum, 4);
+    } else {
+        const int32_t bias = -kI8Bias * sum;
+        std::memcpy(block + kI8Block + 4, &bias, 4);
+    }
+    std::memcpy(block + kI8Block, &s, 4);
+}
+// The VNNI forms this CPU may use under CLEF_MAX_ISA (x86; false elsewhere).
+bool cpu_avx512_vnni();
+bool cpu_avx_vnni();
+#if HWY_ARCH_ARM_A64
 // The dotprod kernels (below, compiled once) and whether this CPU may run them under CLEF_MAX_ISA.
 bool dotprod_enabled();
-void panel_block_dotprod(const int8_t* xq, const float* xs, int64_t nb, const unsigned char* panel, int rows,
-                         int ncols, float* y, int64_t ldy);
-void panel_block_u_dotprod(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
-                           const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy);
-}  // namespace clef::ops::i8
+void panel_block_dotprod(const I8Rows& x, const I8Tile& t, bool levels);
 #endif
-
-#if HWY_ARCH_X86 && !defined(CLEF_INT8_KERNELS_X86_DECLS)
-#define CLEF_INT8_KERNELS_X86_DECLS  // this file is included once per target (foreach_target.h)
-namespace clef::ops::i8 {
-// The x86 VNNI kernels this CPU may run under CLEF_MAX_ISA, the best of them (avx512_vnni over avx_vnni).
-enum class Vnni { None, Avx, Avx512 };
-Vnni vnni_kind();
-// Which the last panel_block / panel_block_u call used (last_kernel_extension).
-void note_vnni(Vnni used);
 }  // namespace clef::ops::i8
 #endif
 
@@ -86,278 +98,444 @@ namespace hn = hwy::HWY_NAMESPACE;
 // At most 16 lanes of fp32: a block (32 values) is a whole number of vectors on every target.
 using DF = hn::CappedTag<float, 16>;
 
-void QuantizeRow(const float* x, int64_t k, int8_t* q, float* s) {
-    note_target(KernelFamily::Int8, HWY_TARGET);
+// One block of kI8Block values at xb: levels into q, scale into *s; returns the sum of the levels.
+HWY_INLINE int32_t QuantizeBlock(const float* xb, int8_t* q, float* s) {
     const DF df;
     const hn::RebindToSigned<DF> di;
     const hn::Rebind<int8_t, DF> d8;
     const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-    const int64_t full = k / kI8Block;
-    for (int64_t b = 0; b < full; ++b) {
-        const float* xb = x + b * kI8Block;
-        auto m = hn::Zero(df);
-        for (int64_t t = 0; t < kI8Block; t += N) m = hn::Max(m, hn::Abs(hn::LoadU(df, xb + t)));
-        const float amax = hn::GetLane(hn::MaxOfLanes(df, m));
-        const float sc = amax / 127.0f;
-        const auto inv = hn::Set(df, sc > 0 ? 1.0f / sc : 0.0f);
-        const auto lo = hn::Set(di, -127), hi = hn::Set(di, 127);
-        for (int64_t t = 0; t < kI8Block; t += N) {
-            const auto v = hn::Min(hn::Max(hn::NearestInt(hn::Mul(hn::LoadU(df, xb + t), inv)), lo), hi);
-            hn::StoreU(hn::DemoteTo(d8, v), d8, q + b * kI8Block + t);
-        }
-        s[b] = sc;
+    auto m = hn::Zero(df);
+    for (int64_t t = 0; t < kI8Block; t += N) m = hn::Max(m, hn::Abs(hn::LoadU(df, xb + t)));
+    const float amax = hn::GetLane(hn::MaxOfLanes(df, m));
+    const float sc = amax / 127.0f;
+    const auto inv = hn::Set(df, sc > 0 ? 1.0f / sc : 0.0f);
+    const auto lo = hn::Set(di, -127), hi = hn::Set(di, 127);
+    auto total = hn::Zero(di);
+    for (int64_t t = 0; t < kI8Block; t += N) {
+        const auto v = hn::Min(hn::Max(hn::NearestInt(hn::Mul(hn::LoadU(df, xb + t), inv)), lo), hi);
+        total = hn::Add(total, v);
+        hn::StoreU(hn::DemoteTo(d8, v), d8, q + t);
     }
+    *s = sc;
+    return hn::GetLane(hn::SumOfLanes(di, total));
+}
+
+void QuantizeRow(const float* x, int64_t k, int8_t* q, float* s) {
+    note_target(KernelFamily::Int8, HWY_TARGET);
+    const int64_t full = k / kI8Block;
+    for (int64_t b = 0; b < full; ++b) QuantizeBlock(x + b * kI8Block, q + b * kI8Block, s + b);
     if (full * kI8Block < k)
         quantize_row_ref(x + full * kI8Block, k - full * kI8Block, q + full * kI8Block, s + full);
 }
 
+void QuantizeActs(const float* x, int64_t k, unsigned char* out, bool levels) {
+    note_target(KernelFamily::Int8, HWY_TARGET);
+    const int64_t full = k / kI8Block;
+    for (int64_t b = 0; b < full; ++b) {
+        unsigned char* ob = out + b * kI8ActBytes;
+        float sc;
+        const int32_t sum = QuantizeBlock(x + b * kI8Block, reinterpret_cast<int8_t*>(ob), &sc);
+        put_act_word(ob, sc, sum, levels);
+    }
+    if (full * kI8Block < k)
+        quantize_acts_ref(x + full * kI8Block, k - full * kI8Block, out + full * kI8ActBytes, levels);
+}
+
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-// The four activation levels at p in every 32-bit lane.
-HWY_INLINE __m256i broadcast4(const int8_t* p) {
-    int32_t four;
-    std::memcpy(&four, p, 4);
-    return _mm256_set1_epi32(four);
+// This target's VNNI form (see the top of the file).
+#if HWY_TARGET <= HWY_AVX3
+#define CLEF_I8_TARGET HWY_TARGET_STR ",avx512vnni"
+#else
+#define CLEF_I8_TARGET HWY_TARGET_STR ",avxvnni"
+#endif
+#define CLEF_I8_FN __attribute__((target(CLEF_I8_TARGET)))
+#define CLEF_I8_INLINE __attribute__((target(CLEF_I8_TARGET), always_inline)) inline
+
+// The four levels at p as one int32.
+CLEF_I8_INLINE int32_t four(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
 }
 
-// Row r's kI8Cols sums into y + r * ldy (the first ncols of them), for r < R.
-template <int R>
-HWY_INLINE void store_rows(const __m256* acc, int ncols, float* y, int64_t ldy) {
-    alignas(32) float tmp[kI8Cols];
-    for (int r = 0; r < R; ++r) {
-        _mm256_store_ps(tmp, acc[r]);
-        std::memcpy(y + r * ldy, tmp, static_cast<size_t>(ncols) * sizeof(float));
+// The fp32 at p (any alignment).
+CLEF_I8_INLINE float load_f32(const unsigned char* p) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+// The 256-bit vectors' fp32 side and loads (Avx2 and VnniAvx).
+struct X256 {
+    using I = __m256i;
+    using F = __m256;
+    static constexpr int kLanes = 8;
+    static CLEF_I8_INLINE I zero() { return _mm256_setzero_si256(); }
+    static CLEF_I8_INLINE I set1(int32_t v) { return _mm256_set1_epi32(v); }
+    static CLEF_I8_INLINE I load(const unsigned char* p) {
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     }
-}
-
-// f(std::integral_constant<int, R>()) for R = rows (1 to kI8Rows): the row count as a template argument.
-template <class F>
-HWY_INLINE void with_rows(int rows, F&& f) {
-    switch (rows) {
-        case 4:
-            return f(std::integral_constant<int, 4>());
-        case 3:
-            return f(std::integral_constant<int, 3>());
-        case 2:
-            return f(std::integral_constant<int, 2>());
-        default:
-            return f(std::integral_constant<int, 1>());
+    static CLEF_I8_INLINE F fzero() { return _mm256_setzero_ps(); }
+    static CLEF_I8_INLINE F fload(const void* p) { return _mm256_loadu_ps(static_cast<const float*>(p)); }
+    static CLEF_I8_INLINE F fset1(float v) { return _mm256_set1_ps(v); }
+    // acc + float(sum) * (scale * s): the twin's fused add.
+    static CLEF_I8_INLINE F add_scaled(F acc, I sum, F scale, float s) {
+        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(scale, _mm256_set1_ps(s)), acc);
     }
-}
-
-// Block b's column sums of R rows (sum) into acc, one FMA by ws * xs as the twin (signed panels at pb).
-template <int R>
-HWY_INLINE void add_block(__m256* acc, const __m256i* sum, const unsigned char* pb, const float* xs,
-                          int64_t nb, int64_t b) {
-    const __m256 ws = _mm256_loadu_ps(reinterpret_cast<const float*>(pb + kI8Block * kI8Cols));
-    for (int r = 0; r < R; ++r) {
-        const __m256 scale = _mm256_mul_ps(ws, _mm256_set1_ps(xs[r * nb + b]));
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), scale, acc[r]);
+    static CLEF_I8_INLINE F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+    // The first n (<= kLanes) floats at y: loaded (the rest 0) / stored.
+    static CLEF_I8_INLINE F yload(const float* y, int n) {
+        if (n == kLanes) return _mm256_loadu_ps(y);
+        alignas(32) float tmp[kLanes] = {};
+        std::memcpy(tmp, y, static_cast<size_t>(n) * sizeof(float));
+        return _mm256_load_ps(tmp);
     }
-}
-
-// The same for level panels: one FMA by D * xs, then one of xsum by O * xs, as the twin.
-template <int R>
-HWY_INLINE void add_level_block(__m256* acc, const __m256i* sum, const unsigned char* pb, const float* xs,
-                                const int32_t* xsum, int64_t nb, int64_t b) {
-    const __m256 dv = _mm256_loadu_ps(reinterpret_cast<const float*>(pb + kI8Block * kI8Cols));
-    const __m256 ov = _mm256_loadu_ps(reinterpret_cast<const float*>(pb + kI8Block * kI8Cols + kI8Cols * 4));
-    for (int r = 0; r < R; ++r) {
-        const __m256 sx = _mm256_set1_ps(xs[r * nb + b]);
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), _mm256_mul_ps(dv, sx), acc[r]);
-        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(static_cast<float>(xsum[r * nb + b])), _mm256_mul_ps(ov, sx),
-                                 acc[r]);
+    static CLEF_I8_INLINE void ystore(float* y, F v, int n) {
+        if (n == kLanes) return _mm256_storeu_ps(y, v);
+        alignas(32) float tmp[kLanes];
+        _mm256_store_ps(tmp, v);
+        std::memcpy(y, tmp, static_cast<size_t>(n) * sizeof(float));
     }
-}
+};
 
-template <int R>
-HWY_INLINE void panel_rows_avx2(const int8_t* xq, const float* xs, int64_t nb, const unsigned char* panel,
-                                int ncols, float* y, int64_t ldy) {
-    const int64_t kp = nb * kI8Block;
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const unsigned char* pb = panel + b * kI8PanelBlockBytes;
-        __m256i sum[R];
-        for (int r = 0; r < R; ++r) sum[r] = _mm256_setzero_si256();
-        for (int st = 0; st < kI8Block / 4; ++st) {
-            const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + st * 32));
-            const __m256i aw = _mm256_abs_epi8(w);
+// vpmaddubsw + vpmaddwd (see the top of the file). W: the step's weights w and |w| (signed panels) or u.
+struct Avx2 : X256 {
+    static constexpr Ext kExt = Ext::None;
+    static constexpr int kRows = 4, kVecs = 2;
+    struct W {
+        I w, aw;
+    };
+    // Steps of 16-bit pair sums per widening of level panels: kGroup * 2 * (2^bits - 1) * 127 < 2^15 (signed
+    // panels widen every step in dot: the group is the block).
+    static constexpr int group(int bits) { return bits == 5 ? 4 : 8; }
+    static CLEF_I8_INLINE I ones() { return _mm256_set1_epi16(1); }
+    template <int kBits>
+    static CLEF_I8_INLINE I start(const unsigned char*) {
+        return zero();
+    }
+    template <int kBits>
+    static CLEF_I8_INLINE W weights(const unsigned char* p) {
+        const I v = load(p);
+        if constexpr (kBits) return {v, v};
+        const I w = _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80)));
+        return {w, _mm256_abs_epi8(w)};
+    }
+    template <int kBits>
+    static CLEF_I8_INLINE I open(I sum) {
+        return kBits ? zero() : sum;
+    }
+    template <int kBits>
+    static CLEF_I8_INLINE I bcast(const int8_t* x) {
+        return _mm256_set1_epi32(four(x));
+    }
+    template <int kBits>
+    static CLEF_I8_INLINE I dot(I part, const W& w, I x) {
+        if constexpr (kBits) return keep(_mm256_add_epi16(part, _mm256_maddubs_epi16(w.w, x)));
+        const I p16 = _mm256_maddubs_epi16(w.aw, _mm256_sign_epi8(x, w.w));
+        return keep(_mm256_add_epi32(part, _mm256_madd_epi16(p16, ones())));
+    }
+    // The running sum through an empty asm: gcc would otherwise re-associate a block's unrolled adds into a
+    // tree whose partial sums do not fit the 16 registers (bench/int8_mix.py: 3 stack accesses per 64
+    // multiply-adds, half the speed).
+    static CLEF_I8_INLINE I keep(I v) {
+        __asm__("" : "+x"(v));
+        return v;
+    }
+    template <int kBits>
+    static CLEF_I8_INLINE I close(I sum, I part) {
+        return kBits ? _mm256_add_epi32(sum, _mm256_madd_epi16(part, ones())) : part;
+    }
+};
+
+// One vpdpbusd per row, step and vector: int32 sums all the way (open / close are the sums themselves).
+template <class Base>
+struct VnniSteps : Base {
+    using I = typename Base::I;
+    using W = I;
+    static constexpr int group(int) { return kI8Block / 4; }
+    // The block sums' start: the activation block's bias word for signed panels, 0 for levels.
+    template <int kBits>
+    static CLEF_I8_INLINE I start(const unsigned char* word) {
+        if constexpr (kBits) return Base::zero();
+        int32_t v;
+        std::memcpy(&v, word, 4);
+        return Base::set1(v);
+    }
+    template <int kBits>
+    static CLEF_I8_INLINE W weights(const unsigned char* p) {
+        return Base::load(p);
+    }
+    template <int kBits>
+    static CLEF_I8_INLINE I open(I sum) {
+        return sum;
+    }
+    template <int kBits>
+    static CLEF_I8_INLINE I close(I, I part) {
+        return part;
+    }
+};
+
+#if HWY_TARGET <= HWY_AVX3
+struct X512 {
+    using I = __m512i;
+    using F = __m512;
+    static constexpr int kLanes = 16;
+    static CLEF_I8_INLINE I zero() { return _mm512_setzero_si512(); }
+    static CLEF_I8_INLINE I set1(int32_t v) { return _mm512_set1_epi32(v); }
+    static CLEF_I8_INLINE I load(const unsigned char* p) { return _mm512_loadu_si512(p); }
+    static CLEF_I8_INLINE F fzero() { return _mm512_setzero_ps(); }
+    static CLEF_I8_INLINE F fload(const void* p) { return _mm512_loadu_ps(p); }
+    static CLEF_I8_INLINE F add_scaled(F acc, I sum, F scale, float s) {
+        // maskz with every lane: the plain conversion (gcc 12 warns about _mm512_cvtepi32_ps's undefined
+        // source).
+        const F f = _mm512_maskz_cvtepi32_ps(static_cast<__mmask16>(0xffff), sum);
+        return _mm512_fmadd_ps(f, _mm512_mul_ps(scale, _mm512_set1_ps(s)), acc);
+    }
+    static CLEF_I8_INLINE F fset1(float v) { return _mm512_set1_ps(v); }
+    static CLEF_I8_INLINE F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+    static CLEF_I8_INLINE __mmask16 lanes(int n) { return static_cast<__mmask16>((1u << n) - 1); }
+    static CLEF_I8_INLINE F yload(const float* y, int n) { return _mm512_maskz_loadu_ps(lanes(n), y); }
+    static CLEF_I8_INLINE void ystore(float* y, F v, int n) { _mm512_mask_storeu_ps(y, lanes(n), v); }
+};
+
+// 512-bit EVEX vpdpbusd; the row's four levels are its broadcast memory operand.
+struct Vnni : VnniSteps<X512> {
+    static constexpr Ext kExt = Ext::Avx512Vnni;
+    static constexpr int kRows = 8, kVecs = 2;
+    template <int kBits>
+    static CLEF_I8_INLINE const int8_t* bcast(const int8_t* x) {
+        return x;
+    }
+    template <int kBits>
+    static CLEF_I8_INLINE I dot(I part, W w, const int8_t* x) {
+        return _mm512_dpbusd_epi32(part, w, _mm512_set1_epi32(four(x)));
+    }
+};
+#else
+// 256-bit VEX vpdpbusd; one broadcast per row and step, shared by the row's vectors.
+struct Vnni : VnniSteps<X256> {
+    static constexpr Ext kExt = Ext::AvxVnni;
+    static constexpr int kRows = 4, kVecs = 2;
+    template <int kBits>
+    static CLEF_I8_INLINE I bcast(const int8_t* x) {
+        return _mm256_set1_epi32(four(x));
+    }
+    template <int kBits>
+    static CLEF_I8_INLINE I dot(I part, W w, I x) {
+        return _mm256_dpbusd_avx_epi32(part, w, x);
+    }
+};
+#endif
+
+// R rows (row0 on) by V vectors of columns (col0 on, within the tile's panels) of one tile, every block:
+// the one body of the x86 kernels (see the top of the file). kBits: 0 signed panels, 4 or 5 level panels.
+template <class Isa, int R, int V, int kBits>
+CLEF_I8_FN void tile(const I8Rows& x, const I8Tile& t, int row0, int col0) {
+    using I = typename Isa::I;
+    using F = typename Isa::F;
+    constexpr int L = Isa::kLanes;
+    constexpr int64_t kBlockBytes = kBits ? kU8PanelBlockBytes : kI8PanelBlockBytes;
+    constexpr int kGroup = Isa::group(kBits);
+    const unsigned char* col[V];  // vector v's first byte in block 0 (its columns' 4 bytes of step 0)
+    int n[V];                     // vector v's columns in the tile
+    for (int v = 0; v < V; ++v) {
+        const int c = col0 + v * L;
+        col[v] = t.panel + (c / kI8Cols) * t.panel_stride + (c % kI8Cols) * 4;
+        n[v] = std::clamp(t.ncols - c, 0, L);
+    }
+    const unsigned char* xr[R];  // row r's block 0
+    for (int r = 0; r < R; ++r) xr[r] = x.p + (row0 + r) * x.ld;
+    float* y = t.y + row0 * t.ldy + col0;
+    F acc[R][V];
+    for (int r = 0; r < R; ++r)
+        for (int v = 0; v < V; ++v)
+            acc[r][v] = t.accumulate ? Isa::yload(y + r * t.ldy + v * L, n[v]) : Isa::fzero();
+    for (int64_t b = 0; b < t.nb; ++b) {
+        I sum[R][V];
+        for (int r = 0; r < R; ++r) {
+            const I s0 = Isa::template start<kBits>(xr[r] + b * kI8ActBytes + kI8Block + 4);
+            for (int v = 0; v < V; ++v) sum[r][v] = s0;
+        }
+        for (int g = 0; g < kI8Block / 4; g += kGroup) {
+            I part[R][V];
+            for (int r = 0; r < R; ++r)
+                for (int v = 0; v < V; ++v) part[r][v] = Isa::template open<kBits>(sum[r][v]);
+#pragma GCC unroll 8
+            for (int st = g; st < g + kGroup; ++st) {
+                typename Isa::W w[V];
+                for (int v = 0; v < V; ++v)
+                    w[v] = Isa::template weights<kBits>(col[v] + b * kBlockBytes + st * (kI8Cols * 4));
+                for (int r = 0; r < R; ++r) {
+                    const auto xv = Isa::template bcast<kBits>(
+                        reinterpret_cast<const int8_t*>(xr[r] + b * kI8ActBytes + st * 4));
+                    for (int v = 0; v < V; ++v) part[r][v] = Isa::template dot<kBits>(part[r][v], w[v], xv);
+                }
+            }
+            for (int r = 0; r < R; ++r)
+                for (int v = 0; v < V; ++v) sum[r][v] = Isa::template close<kBits>(sum[r][v], part[r][v]);
+        }
+        for (int v = 0; v < V; ++v) {
+            const unsigned char* sc = col[v] + b * kBlockBytes + kI8Block * kI8Cols;  // ws or D, then O
+            const F d = Isa::fload(sc);
             for (int r = 0; r < R; ++r) {
-                const __m256i xv = _mm256_sign_epi8(broadcast4(xq + r * kp + b * kI8Block + st * 4), w);
-                sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv), ones));
+                const unsigned char* word = xr[r] + b * kI8ActBytes + kI8Block;  // s, then ssum
+                acc[r][v] = Isa::add_scaled(acc[r][v], sum[r][v], d, load_f32(word));
+                if constexpr (kBits != 0)
+                    acc[r][v] =
+                        Isa::fma(Isa::fload(sc + kI8Cols * 4), Isa::fset1(load_f32(word + 4)), acc[r][v]);
             }
         }
-        add_block<R>(acc, sum, pb, xs, nb, b);
     }
-    store_rows<R>(acc, ncols, y, ldy);
+    for (int r = 0; r < R; ++r)
+        for (int v = 0; v < V; ++v) Isa::ystore(y + r * t.ldy + v * L, acc[r][v], n[v]);
 }
 
-// kSteps steps of 16-bit pair sums per widening: kSteps * 2 * (2^bits - 1) * 127 < 2^15.
-template <int R, int kSteps>
-HWY_INLINE void level_rows_avx2(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
-                                const unsigned char* panel, int ncols, float* y, int64_t ldy) {
-    const int64_t kp = nb * kI8Block;
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const unsigned char* pb = panel + b * kU8PanelBlockBytes;
-        __m256i sum[R];
-        for (int r = 0; r < R; ++r) sum[r] = _mm256_setzero_si256();
-        for (int s0 = 0; s0 < kI8Block / 4; s0 += kSteps) {
-            __m256i p16[R];
-            for (int r = 0; r < R; ++r) p16[r] = _mm256_setzero_si256();
-            for (int st = s0; st < s0 + kSteps; ++st) {
-                const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + st * 32));
-                for (int r = 0; r < R; ++r)
-                    p16[r] = _mm256_add_epi16(
-                        p16[r], _mm256_maddubs_epi16(w, broadcast4(xq + r * kp + b * kI8Block + st * 4)));
-            }
-            for (int r = 0; r < R; ++r) sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(p16[r], ones));
+// f(std::integral_constant<int, R>()) for R = Isa::kRows, or for fewer rows the largest power of two <= rows.
+template <int kMax, class F>
+CLEF_I8_INLINE void with_rows(int rows, F&& f) {
+    if (rows >= kMax) return f(std::integral_constant<int, kMax>());
+    if constexpr (kMax > 4)
+        if (rows >= 4) return f(std::integral_constant<int, 4>());
+    if constexpr (kMax > 2)
+        if (rows >= 2) return f(std::integral_constant<int, 2>());
+    return f(std::integral_constant<int, 1>());
+}
+
+// A whole tile with one instruction set: rows in chunks of at most Isa::kRows, columns in passes of
+// Isa::kVecs vectors (where a pass wider than a panel would reach past the tile's last panel, one panel's
+// vectors).
+template <class Isa, int kBits>
+CLEF_I8_FN void tiles(const I8Rows& x, const I8Tile& t) {
+    constexpr int kWide = Isa::kVecs * Isa::kLanes;
+    static_assert(kWide % kI8Cols == 0 || kI8Cols % kWide == 0);
+    for (int c0 = 0; c0 < t.ncols; c0 += kWide)
+        for (int r0 = 0; r0 < x.rows;) {
+            with_rows<Isa::kRows>(x.rows - r0, [&](auto r) {
+                constexpr int R = decltype(r)::value;
+                if constexpr (kWide > kI8Cols) {
+                    if (t.ncols - c0 <= kI8Cols) {
+                        tile<Isa, R, kI8Cols / Isa::kLanes, kBits>(x, t, r0, c0);
+                        r0 += R;
+                        return;
+                    }
+                }
+                tile<Isa, R, Isa::kVecs, kBits>(x, t, r0, c0);
+                r0 += R;
+            });
         }
-        add_level_block<R>(acc, sum, pb, xs, xsum, nb, b);
-    }
-    store_rows<R>(acc, ncols, y, ldy);
+    note_extension(Isa::kExt);
 }
-
-// The VNNI kernels (int8_kernels_vnni.h): vnni512::panel_rows / level_rows with EVEX vpdpbusd (AVX512-VNNI on
-// 256-bit vectors), vnni256:: with VEX vpdpbusd (AVX-VNNI).
-#define CLEF_VNNI_NS vnni512
-#define CLEF_VNNI_ATTR __attribute__((target(HWY_TARGET_STR ",avx512f,avx512vl,avx512vnni")))
-#define CLEF_VNNI_DPBUSD _mm256_dpbusd_epi32
-#include "ops/int8_kernels_vnni.h"
-#undef CLEF_VNNI_NS
-#undef CLEF_VNNI_ATTR
-#undef CLEF_VNNI_DPBUSD
-#define CLEF_VNNI_NS vnni256
-#define CLEF_VNNI_ATTR __attribute__((target(HWY_TARGET_STR ",avxvnni")))
-#define CLEF_VNNI_DPBUSD _mm256_dpbusd_avx_epi32
-#include "ops/int8_kernels_vnni.h"
-#undef CLEF_VNNI_NS
-#undef CLEF_VNNI_ATTR
-#undef CLEF_VNNI_DPBUSD
-
 #endif
 
-void PanelBlockU(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
-                 const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy, int bits) {
+void PanelBlock(const I8Rows& x, const I8Tile& t) {
     note_target(KernelFamily::Int8, HWY_TARGET);
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-    with_rows(rows, [&](auto r) {
-        if (bits == 4)
-            level_rows_avx2<decltype(r)::value, 8>(xq, xs, xsum, nb, panel, ncols, y, ldy);
-        else
-            level_rows_avx2<decltype(r)::value, 4>(xq, xs, xsum, nb, panel, ncols, y, ldy);
-    });
+    if ((HWY_TARGET <= HWY_AVX3 ? cpu_avx512_vnni() : cpu_avx_vnni())) return tiles<Vnni, 0>(x, t);
+    return tiles<Avx2, 0>(x, t);
 #else
 #if HWY_ARCH_ARM_A64
-    if (dotprod_enabled() && (bits == 4 || bits == 5))
-        return panel_block_u_dotprod(xq, xs, xsum, nb, panel, rows, ncols, y, ldy);
+    if (dotprod_enabled()) return panel_block_dotprod(x, t, false);
 #endif
-    panel_block_u_ref(xq, xs, xsum, nb, panel, rows, ncols, y, ldy, bits);
-#endif
-}
-
-void PanelBlock(const int8_t* xq, const float* xs, int64_t nb, const unsigned char* panel, int rows,
-                int ncols, float* y, int64_t ldy) {
-    note_target(KernelFamily::Int8, HWY_TARGET);
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-    with_rows(rows, [&](auto r) { panel_rows_avx2<decltype(r)::value>(xq, xs, nb, panel, ncols, y, ldy); });
-#else
-#if HWY_ARCH_ARM_A64
-    if (dotprod_enabled()) return panel_block_dotprod(xq, xs, nb, panel, rows, ncols, y, ldy);
-#endif
-    panel_block_ref(xq, xs, nb, panel, rows, ncols, y, ldy);
-#endif
-}
-
-// PanelBlock and PanelBlockU where the CPU has VNNI under CLEF_MAX_ISA (panel_block and panel_block_u call
-// them only then, so the two above stay the AVX2 path as it was): the VNNI kernels on the AVX2 and AVX-512
-// targets, the targets' own functions on the others (SSE4, scalar: the twins).
-void PanelBlockVnni(const int8_t* xq, const float* xs, int64_t nb, const unsigned char* panel, int rows,
-                    int ncols, float* y, int64_t ldy) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-    note_target(KernelFamily::Int8, HWY_TARGET);
-    const Vnni vnni = vnni_kind();
-    note_vnni(vnni);
-    if (vnni == Vnni::Avx512)
-        with_rows(rows,
-                  [&](auto r) { vnni512::panel_rows<decltype(r)::value>(xq, xs, nb, panel, ncols, y, ldy); });
-    else
-        with_rows(rows,
-                  [&](auto r) { vnni256::panel_rows<decltype(r)::value>(xq, xs, nb, panel, ncols, y, ldy); });
-#else
-#if HWY_ARCH_X86
-    note_vnni(Vnni::None);
-#endif
-    PanelBlock(xq, xs, nb, panel, rows, ncols, y, ldy);
+    note_extension(Ext::None);
+    panel_block_ref(x, t);
 #endif
 }
 
 // bits: 4 or 5 (panel_block_u checks).
-void PanelBlockUVnni(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
-                     const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy, int bits) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-    (void)bits;  // u < 32 either way: every step goes into the int32 sums
+void PanelBlockU(const I8Rows& x, const I8Tile& t, int bits) {
     note_target(KernelFamily::Int8, HWY_TARGET);
-    const Vnni vnni = vnni_kind();
-    note_vnni(vnni);
-    if (vnni == Vnni::Avx512)
-        with_rows(rows, [&](auto r) {
-            vnni512::level_rows<decltype(r)::value>(xq, xs, xsum, nb, panel, ncols, y, ldy);
-        });
-    else
-        with_rows(rows, [&](auto r) {
-            vnni256::level_rows<decltype(r)::value>(xq, xs, xsum, nb, panel, ncols, y, ldy);
-        });
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+    if ((HWY_TARGET <= HWY_AVX3 ? cpu_avx512_vnni() : cpu_avx_vnni()))
+        return tiles<Vnni, 4>(x, t);  // u < 32 either way: every step goes into the int32 sums
+    return bits == 4 ? tiles<Avx2, 4>(x, t) : tiles<Avx2, 5>(x, t);
 #else
-#if HWY_ARCH_X86
-    note_vnni(Vnni::None);
+#if HWY_ARCH_ARM_A64
+    if (dotprod_enabled()) return panel_block_dotprod(x, t, true);
 #endif
-    PanelBlockU(xq, xs, xsum, nb, panel, rows, ncols, y, ldy, bits);
+    note_extension(Ext::None);
+    panel_block_u_ref(x, t, bits);
 #endif
 }
+
+// The extension this target's panel kernels take on this CPU (kernel_extension).
+int KernelExt() {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+    if (HWY_TARGET <= HWY_AVX3 ? cpu_avx512_vnni() : cpu_avx_vnni()) return static_cast<int>(Vnni::kExt);
+#elif HWY_ARCH_ARM_A64
+    if (dotprod_enabled()) return static_cast<int>(Ext::Dotprod);
+#endif
+    return static_cast<int>(Ext::None);
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#undef CLEF_I8_TARGET
+#undef CLEF_I8_FN
+#undef CLEF_I8_INLINE
+#endif
 
 }  // namespace HWY_NAMESPACE
 }  // namespace clef::ops::i8
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#if HWY_ARCH_X86
 #include <atomic>
 
 #include "ops/cpu.h"
-#elif HWY_ARCH_ARM_A64
+#if HWY_ARCH_ARM_A64
 #include <arm_neon.h>
-
-#include <atomic>
-
-#include "ops/cpu.h"
 #endif
 
 namespace clef::ops::i8 {
 
+namespace {
+
+// The extension of the last panel_block / panel_block_u call (last_kernel_extension).
+std::atomic<Ext> g_last_ext{Ext::None};
+
+const char* ext_name(Ext e) {
+    switch (e) {
+        case Ext::Dotprod:
+            return "dotprod";
+        case Ext::AvxVnni:
+            return "avx-vnni";
+        case Ext::Avx512Vnni:
+            return "avx512-vnni";
+        case Ext::None:
+            break;
+    }
+    return "";
+}
+
+}  // namespace
+
+void note_extension(Ext used) {
+    if (g_last_ext.load(std::memory_order_relaxed) != used) g_last_ext.store(used, std::memory_order_relaxed);
+}
+
+bool cpu_avx512_vnni() {
+    return cpu_features().avx512_vnni;
+}
+
+bool cpu_avx_vnni() {
+    return cpu_features().avx_vnni;
+}
+
 #if HWY_ARCH_ARM_A64
 namespace {
 
-// Whether the last panel_block / panel_block_u call took the dotprod kernels (kernel_extension's test side).
-std::atomic<bool> g_used_dotprod{false};
-
-void note_dotprod(bool used) {
-    if (g_used_dotprod.load(std::memory_order_relaxed) != used)
-        g_used_dotprod.store(used, std::memory_order_relaxed);
-}
-
 #define CLEF_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
 
-// One step S of four (the activation levels xv[r] hold four steps): sdot of the weights' two halves (columns
-// 0-3 into lo, 4-7 into hi) with lane S of each row.
-template <int R, int S>
+// One step S of four (the activation levels xv[r] hold four steps): sdot of the half panel's two 16-byte
+// quarters (columns 0-3 into lo, 4-7 into hi) with lane S of each row; signed panels' bytes xor 0x80 first.
+template <int R, int S, bool kLevels>
 CLEF_DOTPROD inline void dot_step(const unsigned char* w, const int8x16_t (&xv)[R], int32x4_t (&lo)[R],
                                   int32x4_t (&hi)[R]) {
-    const int8x16_t w0 = vld1q_s8(reinterpret_cast<const int8_t*>(w));
-    const int8x16_t w1 = vld1q_s8(reinterpret_cast<const int8_t*>(w + 16));
+    uint8x16_t u0 = vld1q_u8(w), u1 = vld1q_u8(w + 16);
+    if constexpr (!kLevels) {
+        u0 = veorq_u8(u0, vdupq_n_u8(0x80));
+        u1 = veorq_u8(u1, vdupq_n_u8(0x80));
+    }
+    const int8x16_t w0 = vreinterpretq_s8_u8(u0), w1 = vreinterpretq_s8_u8(u1);
     for (int r = 0; r < R; ++r) {
         lo[r] = vdotq_laneq_s32(lo[r], w0, xv[r], S);
         hi[r] = vdotq_laneq_s32(hi[r], w1, xv[r], S);
@@ -369,224 +547,214 @@ CLEF_DOTPROD inline float32x4_t load_f32(const unsigned char* p) {
     return vreinterpretq_f32_u8(vld1q_u8(p));
 }
 
-// R activation rows against one panel, signed (kLevels false) or level panels (true: xsum and the offsets).
-// One-dimensional arrays per half of the columns: gcc keeps them in registers, [R][2] ones in memory.
+// R activation rows (row0 on) against the 8 columns col0.. of the tile (half a panel), signed (kLevels false)
+// or level panels. One-dimensional arrays per half of the columns: gcc keeps them in registers, [R][2] ones
+// in memory.
 template <int R, bool kLevels>
-CLEF_DOTPROD void rows_dotprod(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
-                               const unsigned char* panel, int ncols, float* y, int64_t ldy) {
-    const int64_t kp = nb * kI8Block;
-    const int64_t block_bytes = kLevels ? kU8PanelBlockBytes : kI8PanelBlockBytes;
+CLEF_DOTPROD void rows_dotprod(const I8Rows& x, const I8Tile& t, int row0, int col0) {
+    constexpr int64_t kBlockBytes = kLevels ? kU8PanelBlockBytes : kI8PanelBlockBytes;
+    const unsigned char* col = t.panel + (col0 / kI8Cols) * t.panel_stride + (col0 % kI8Cols) * 4;
+    const int ncols = std::clamp(t.ncols - col0, 0, 8);
+    float* y = t.y + row0 * t.ldy + col0;
     float32x4_t acc_lo[R], acc_hi[R];
-    for (int r = 0; r < R; ++r) acc_lo[r] = acc_hi[r] = vdupq_n_f32(0.0f);
-    for (int64_t b = 0; b < nb; ++b) {
-        const unsigned char* pb = panel + b * block_bytes;
+    for (int r = 0; r < R; ++r) {
+        float tmp[8] = {};
+        if (t.accumulate) std::memcpy(tmp, y + r * t.ldy, static_cast<size_t>(ncols) * sizeof(float));
+        acc_lo[r] = vld1q_f32(tmp);
+        acc_hi[r] = vld1q_f32(tmp + 4);
+    }
+    for (int64_t b = 0; b < t.nb; ++b) {
+        const unsigned char* pb = col + b * kBlockBytes;
         int32x4_t lo[R], hi[R];
         for (int r = 0; r < R; ++r) lo[r] = hi[r] = vdupq_n_s32(0);
         for (int h = 0; h < kI8Block / 16; ++h) {  // 16 levels: four steps
             int8x16_t xv[R];
-            for (int r = 0; r < R; ++r) xv[r] = vld1q_s8(xq + r * kp + b * kI8Block + h * 16);
-            const unsigned char* w = pb + h * 4 * 32;
-            dot_step<R, 0>(w, xv, lo, hi);
-            dot_step<R, 1>(w + 32, xv, lo, hi);
-            dot_step<R, 2>(w + 64, xv, lo, hi);
-            dot_step<R, 3>(w + 96, xv, lo, hi);
+            for (int r = 0; r < R; ++r)
+                xv[r] = vld1q_s8(
+                    reinterpret_cast<const int8_t*>(x.p + (row0 + r) * x.ld + b * kI8ActBytes + h * 16));
+            const unsigned char* w = pb + h * 4 * (kI8Cols * 4);
+            dot_step<R, 0, kLevels>(w, xv, lo, hi);
+            dot_step<R, 1, kLevels>(w + kI8Cols * 4, xv, lo, hi);
+            dot_step<R, 2, kLevels>(w + 2 * kI8Cols * 4, xv, lo, hi);
+            dot_step<R, 3, kLevels>(w + 3 * kI8Cols * 4, xv, lo, hi);
         }
         // The column scales (ws or D), then for level panels the offsets O.
         const unsigned char* sc = pb + kI8Block * kI8Cols;
         const float32x4_t d_lo = load_f32(sc), d_hi = load_f32(sc + 16);
         for (int r = 0; r < R; ++r) {
-            const float sx = xs[r * nb + b];
+            const unsigned char* word = x.p + (row0 + r) * x.ld + b * kI8ActBytes + kI8Block;  // s, then ssum
+            float sx;
+            std::memcpy(&sx, word, 4);
             acc_lo[r] = vfmaq_f32(acc_lo[r], vcvtq_f32_s32(lo[r]), vmulq_n_f32(d_lo, sx));
             acc_hi[r] = vfmaq_f32(acc_hi[r], vcvtq_f32_s32(hi[r]), vmulq_n_f32(d_hi, sx));
             if constexpr (kLevels) {
                 const float32x4_t o_lo = load_f32(sc + kI8Cols * 4), o_hi = load_f32(sc + kI8Cols * 4 + 16);
-                const float32x4_t xsv = vdupq_n_f32(static_cast<float>(xsum[r * nb + b]));
-                acc_lo[r] = vfmaq_f32(acc_lo[r], xsv, vmulq_n_f32(o_lo, sx));
-                acc_hi[r] = vfmaq_f32(acc_hi[r], xsv, vmulq_n_f32(o_hi, sx));
+                float ssum;
+                std::memcpy(&ssum, word + 4, 4);
+                const float32x4_t ss = vdupq_n_f32(ssum);
+                acc_lo[r] = vfmaq_f32(acc_lo[r], o_lo, ss);
+                acc_hi[r] = vfmaq_f32(acc_hi[r], o_hi, ss);
             }
         }
     }
     for (int r = 0; r < R; ++r) {
-        float tmp[kI8Cols];
+        float tmp[8];
         vst1q_f32(tmp, acc_lo[r]);
         vst1q_f32(tmp + 4, acc_hi[r]);
-        std::memcpy(y + r * ldy, tmp, static_cast<size_t>(ncols) * sizeof(float));
+        std::memcpy(y + r * t.ldy, tmp, static_cast<size_t>(ncols) * sizeof(float));
     }
 }
 
 #undef CLEF_DOTPROD
 
 template <bool kLevels>
-void dotprod(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb, const unsigned char* panel,
-             int rows, int ncols, float* y, int64_t ldy) {
-    note_dotprod(true);
-    switch (rows) {
-        case 4:
-            return rows_dotprod<4, kLevels>(xq, xs, xsum, nb, panel, ncols, y, ldy);
-        case 3:
-            return rows_dotprod<3, kLevels>(xq, xs, xsum, nb, panel, ncols, y, ldy);
-        case 2:
-            return rows_dotprod<2, kLevels>(xq, xs, xsum, nb, panel, ncols, y, ldy);
-        default:
-            return rows_dotprod<1, kLevels>(xq, xs, xsum, nb, panel, ncols, y, ldy);
-    }
+void dotprod(const I8Rows& x, const I8Tile& t) {
+    note_extension(Ext::Dotprod);
+    for (int c0 = 0; c0 < t.ncols; c0 += 8)
+        for (int r0 = 0; r0 < x.rows;) {
+            const int rows = x.rows - r0;
+            if (rows >= 4) {
+                rows_dotprod<4, kLevels>(x, t, r0, c0);
+                r0 += 4;
+            } else if (rows >= 2) {
+                rows_dotprod<2, kLevels>(x, t, r0, c0);
+                r0 += 2;
+            } else {
+                rows_dotprod<1, kLevels>(x, t, r0, c0);
+                r0 += 1;
+            }
+        }
 }
 
 }  // namespace
 
 bool dotprod_enabled() {
-    const bool on = cpu_features().asimd_dotprod;
-    if (!on) note_dotprod(false);
-    return on;
+    return cpu_features().asimd_dotprod;
 }
 
-void panel_block_dotprod(const int8_t* xq, const float* xs, int64_t nb, const unsigned char* panel, int rows,
-                         int ncols, float* y, int64_t ldy) {
-    dotprod<false>(xq, xs, nullptr, nb, panel, rows, ncols, y, ldy);
-}
-
-void panel_block_u_dotprod(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
-                           const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy) {
-    dotprod<true>(xq, xs, xsum, nb, panel, rows, ncols, y, ldy);
-}
-
-const char* kernel_extension() {
-    return cpu_features().asimd_dotprod ? "dotprod" : "";
-}
-
-const char* last_kernel_extension() {
-    return g_used_dotprod.load(std::memory_order_relaxed) ? "dotprod" : "";
-}
-#elif HWY_ARCH_X86
-namespace {
-
-// The VNNI kernels the last panel_block / panel_block_u call took (Vnni::None: the AVX2 kernels or the twin).
-std::atomic<Vnni> g_used_vnni{Vnni::None};
-
-const char* vnni_name(Vnni v) {
-    return v == Vnni::Avx512 ? "avx512-vnni" : v == Vnni::Avx ? "avx-vnni" : "";
-}
-
-}  // namespace
-
-Vnni vnni_kind() {
-    const CpuFeatures& f = cpu_features();
-    return f.avx512_vnni ? Vnni::Avx512 : f.avx_vnni ? Vnni::Avx : Vnni::None;
-}
-
-void note_vnni(Vnni used) {
-    if (g_used_vnni.load(std::memory_order_relaxed) != used)
-        g_used_vnni.store(used, std::memory_order_relaxed);
-}
-
-const char* kernel_extension() {
-    // Only the AVX2 and AVX-512 targets call the VNNI kernels (a forced SSE4 or scalar target runs the twin).
-    const Vnni v = vnni_kind();
-    return v != Vnni::None && simd_targets().front() <= HWY_AVX2 ? vnni_name(v) : "";
-}
-
-const char* last_kernel_extension() {
-    return vnni_name(g_used_vnni.load(std::memory_order_relaxed));
-}
-#else
-const char* kernel_extension() {
-    return "";
-}
-
-const char* last_kernel_extension() {
-    return "";
+void panel_block_dotprod(const I8Rows& x, const I8Tile& t, bool levels) {
+    if (levels)
+        dotprod<true>(x, t);
+    else
+        dotprod<false>(x, t);
 }
 #endif
 
 HWY_EXPORT(QuantizeRow);
+HWY_EXPORT(QuantizeActs);
 HWY_EXPORT(PanelBlock);
 HWY_EXPORT(PanelBlockU);
-HWY_EXPORT(PanelBlockVnni);
-HWY_EXPORT(PanelBlockUVnni);
+HWY_EXPORT(KernelExt);
+
+const char* kernel_extension() {
+    return ext_name(static_cast<Ext>(HWY_DYNAMIC_DISPATCH(KernelExt)()));
+}
+
+const char* last_kernel_extension() {
+    return ext_name(g_last_ext.load(std::memory_order_relaxed));
+}
 
 void quantize_row(const float* x, int64_t k, int8_t* q, float* s) {
     HWY_DYNAMIC_DISPATCH(QuantizeRow)(x, k, q, s);
 }
 
-void panel_block(const int8_t* xq, const float* xs, int64_t nb, const unsigned char* panel, int rows,
-                 int ncols, float* y, int64_t ldy) {
-#if HWY_ARCH_X86
-    if (vnni_kind() != Vnni::None)
-        return HWY_DYNAMIC_DISPATCH(PanelBlockVnni)(xq, xs, nb, panel, rows, ncols, y, ldy);
-    note_vnni(Vnni::None);
-#endif
-    HWY_DYNAMIC_DISPATCH(PanelBlock)(xq, xs, nb, panel, rows, ncols, y, ldy);
+void quantize_acts(const float* x, int64_t k, unsigned char* out, bool levels) {
+    HWY_DYNAMIC_DISPATCH(QuantizeActs)(x, k, out, levels);
 }
 
-void panel_block_u(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
-                   const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy, int bits) {
-#if HWY_ARCH_X86
-    if (vnni_kind() != Vnni::None && (bits == 4 || bits == 5))
-        return HWY_DYNAMIC_DISPATCH(PanelBlockUVnni)(xq, xs, xsum, nb, panel, rows, ncols, y, ldy, bits);
-    note_vnni(Vnni::None);
-#endif
-    HWY_DYNAMIC_DISPATCH(PanelBlockU)(xq, xs, xsum, nb, panel, rows, ncols, y, ldy, bits);
+void panel_block(const I8Rows& x, const I8Tile& t) {
+    HWY_DYNAMIC_DISPATCH(PanelBlock)(x, t);
 }
 
-void panel_block_u_ref(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
-                       const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy, int bits) {
+void panel_block_u(const I8Rows& x, const I8Tile& t, int bits) {
     if (bits != 4 && bits != 5) throw Error("int8: level panels hold 4- or 5-bit levels");
-    const int64_t kp = nb * kI8Block;
-    for (int r = 0; r < rows; ++r) {
-        float acc[kI8Cols] = {};
-        for (int64_t b = 0; b < nb; ++b) {
-            const unsigned char* pb = panel + b * kU8PanelBlockBytes;
-            const int8_t* x = xq + r * kp + b * kI8Block;
-            for (int c = 0; c < kI8Cols; ++c) {
-                int32_t sum = 0;
-                for (int t = 0; t < kI8Block; ++t) sum += int32_t{x[t]} * pb[(t / 4) * 32 + c * 4 + t % 4];
-                float d, o;
-                std::memcpy(&d, pb + kI8Block * kI8Cols + c * 4, 4);
-                std::memcpy(&o, pb + kI8Block * kI8Cols + kI8Cols * 4 + c * 4, 4);
-                const float sx = xs[r * nb + b];
-                acc[c] = std::fma(static_cast<float>(sum), d * sx, acc[c]);
-                acc[c] = std::fma(static_cast<float>(xsum[r * nb + b]), o * sx, acc[c]);
-            }
-        }
-        for (int c = 0; c < ncols; ++c) y[r * ldy + c] = acc[c];
-    }
+    HWY_DYNAMIC_DISPATCH(PanelBlockU)(x, t, bits);
 }
+
+namespace {
+
+// Block b's n (<= kI8Block) values of xb (the rest of the block 0): levels into q, scale into *s; returns the
+// sum of the levels.
+int32_t quantize_block_ref(const float* xb, int64_t n, int8_t* q, float* s) {
+    float amax = 0;
+    for (int64_t t = 0; t < n; ++t) amax = std::max(amax, std::fabs(xb[t]));
+    const float sc = amax / 127.0f;
+    const float inv = sc > 0 ? 1.0f / sc : 0.0f;
+    int32_t total = 0;
+    for (int64_t t = 0; t < kI8Block; ++t) {
+        const float v = t < n ? std::nearbyint(xb[t] * inv) : 0.0f;
+        q[t] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+        total += q[t];
+    }
+    *s = sc;
+    return total;
+}
+
+}  // namespace
 
 void quantize_row_ref(const float* x, int64_t k, int8_t* q, float* s) {
+    for (int64_t b = 0; b * kI8Block < k; ++b)
+        quantize_block_ref(x + b * kI8Block, std::min<int64_t>(kI8Block, k - b * kI8Block), q + b * kI8Block,
+                           s + b);
+}
+
+void quantize_acts_ref(const float* x, int64_t k, unsigned char* out, bool levels) {
     for (int64_t b = 0; b * kI8Block < k; ++b) {
-        const int64_t n = std::min<int64_t>(kI8Block, k - b * kI8Block);
-        const float* xb = x + b * kI8Block;
-        float amax = 0;
-        for (int64_t t = 0; t < n; ++t) amax = std::max(amax, std::fabs(xb[t]));
-        const float sc = amax / 127.0f;
-        const float inv = sc > 0 ? 1.0f / sc : 0.0f;
-        for (int64_t t = 0; t < kI8Block; ++t) {
-            const float v = t < n ? std::nearbyint(xb[t] * inv) : 0.0f;
-            q[b * kI8Block + t] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
-        }
-        s[b] = sc;
+        unsigned char* ob = out + b * kI8ActBytes;
+        float sc;
+        const int32_t sum =
+            quantize_block_ref(x + b * kI8Block, std::min<int64_t>(kI8Block, k - b * kI8Block),
+                               reinterpret_cast<int8_t*>(ob), &sc);
+        put_act_word(ob, sc, sum, levels);
     }
 }
 
-void panel_block_ref(const int8_t* xq, const float* xs, int64_t nb, const unsigned char* panel, int rows,
-                     int ncols, float* y, int64_t ldy) {
-    const int64_t kp = nb * kI8Block;
-    for (int r = 0; r < rows; ++r) {
-        float acc[kI8Cols] = {};
-        for (int64_t b = 0; b < nb; ++b) {
-            const unsigned char* pb = panel + b * kI8PanelBlockBytes;
-            const int8_t* w = reinterpret_cast<const int8_t*>(pb);
-            const int8_t* x = xq + r * kp + b * kI8Block;
-            for (int c = 0; c < kI8Cols; ++c) {
+namespace {
+
+// The twins' one body: y[r][c] over the tile's blocks, with weight t (as a level or a signed level) of column
+// c in block b at pb[(t / 4) * kI8Cols * 4 + c * 4 + t % 4] minus `bias`.
+template <bool kLevels>
+void panel_ref(const I8Rows& x, const I8Tile& t) {
+    constexpr int64_t kBlockBytes = kLevels ? kU8PanelBlockBytes : kI8PanelBlockBytes;
+    constexpr int bias = kLevels ? 0 : kI8Bias;
+    for (int r = 0; r < x.rows; ++r)
+        for (int c = 0; c < t.ncols; ++c) {
+            const unsigned char* panel = t.panel + (c / kI8Cols) * t.panel_stride;
+            const int cc = c % kI8Cols;
+            float acc = t.accumulate ? t.y[r * t.ldy + c] : 0.0f;
+            for (int64_t b = 0; b < t.nb; ++b) {
+                const unsigned char* pb = panel + b * kBlockBytes;
+                const unsigned char* xb = x.p + r * x.ld + b * kI8ActBytes;
+                const int8_t* q = reinterpret_cast<const int8_t*>(xb);
                 int32_t sum = 0;
-                for (int t = 0; t < kI8Block; ++t) sum += int32_t{x[t]} * w[(t / 4) * 32 + c * 4 + t % 4];
-                float ws;
-                std::memcpy(&ws, pb + kI8Block * kI8Cols + c * 4, 4);
-                acc[c] = std::fma(static_cast<float>(sum), ws * xs[r * nb + b], acc[c]);
+                for (int k = 0; k < kI8Block; ++k)
+                    sum += int32_t{q[k]} * (pb[(k / 4) * kI8Cols * 4 + cc * 4 + k % 4] - bias);
+                float d;
+                std::memcpy(&d, pb + kI8Block * kI8Cols + cc * 4, 4);
+                float xs;
+                std::memcpy(&xs, xb + kI8Block, 4);
+                acc = std::fma(static_cast<float>(sum), d * xs, acc);
+                if constexpr (kLevels) {
+                    float o;
+                    std::memcpy(&o, pb + kI8Block * kI8Cols + kI8Cols * 4 + cc * 4, 4);
+                    float ssum;
+                    std::memcpy(&ssum, xb + kI8Block + 4, 4);
+                    acc = std::fma(o, ssum, acc);
+                }
             }
+            t.y[r * t.ldy + c] = acc;
         }
-        for (int c = 0; c < ncols; ++c) y[r * ldy + c] = acc[c];
-    }
+}
+
+}  // namespace
+
+void panel_block_ref(const I8Rows& x, const I8Tile& t) {
+    panel_ref<false>(x, t);
+}
+
+void panel_block_u_ref(const I8Rows& x, const I8Tile& t, int bits) {
+    if (bits != 4 && bits != 5) throw Error("int8: level panels hold 4- or 5-bit levels");
+    panel_ref<true>(x, t);
 }
 
 }  // namespace clef::ops::i8

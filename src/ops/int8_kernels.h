@@ -1,19 +1,20 @@
 // The vector kernels of the int8 GEMM (ops/int8_gemm.h), compiled per Highway target in int8_kernels.cpp and
-// dispatched at run time (ops/simd.h), with the plain-C++ twin of each (int8_gemm.cpp) they are tested
-// against bit for bit (tests/test_int8.cpp). Internal to src/ops.
+// dispatched at run time (ops/simd.h), with the plain-C++ twin of each (int8_kernels.cpp) they are tested
+// against bit for bit (tests/test_kernels.cpp, tests/test_int8.cpp). Internal to src/ops.
 //
 // Blocks: k is cut into blocks of kI8Block values; a row of fp32 values becomes int8 levels q in [-127, 127]
 // and one fp32 scale s per block (x ~ s * q, s = max |x| / 127 over the block, q = x / s rounded to nearest
 // even), for activations and weights alike.
 //
 // Panels: the weights of kI8Cols output columns (weight rows), per block: kI8Block / 4 steps of
-// [kI8Cols columns][4 levels] (the four consecutive k of a step, column by column), then the kI8Cols column
-// scales as fp32: kI8PanelBlockBytes bytes per block, blocks one after another.
+// [kI8Cols columns][4 levels] (the four consecutive k of a step, column by column: 64 bytes, one 512-bit
+// vector), then the kI8Cols column scales as fp32: kI8PanelBlockBytes bytes per block, blocks one after
+// another. The levels are stored as w + kI8Bias (unsigned bytes 1 to 255): the unsigned operand of vpdpbusd
+// as they are, w again by one xor with 0x80 where a kernel wants signed bytes.
 //
 // Level panels (weights with unsigned levels u < 2^bits and w = D * u + O per 32 values: quant/levels.h): the
-// same steps of levels, then the kI8Cols D and the kI8Cols O as fp32: kU8PanelBlockBytes per block. With at
-// most 5 bits, vpmaddubsw's 16-bit pair sums can add up several steps before they are widened (4-bit: all 8
-// steps of a block, 5-bit: 4), about half the multiplies of the signed panels.
+// same steps of levels (as they are, no bias), then the kI8Cols D and the kI8Cols O as fp32:
+// kU8PanelBlockBytes per block.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +22,10 @@
 namespace clef::ops::i8 {
 
 constexpr int kI8Block = 32;
-constexpr int kI8Cols = 8;
-constexpr int kI8Rows = 4;  // activation rows per panel_block call at most
+constexpr int kI8Cols = 16;      // columns per panel
+constexpr int kI8TileCols = 32;  // columns per panel_block call at most: two panels side by side
+constexpr int kI8Rows = 8;       // activation rows per panel_block call at most
+constexpr int kI8Bias = 128;     // signed panels hold w + kI8Bias
 constexpr int64_t kI8PanelBlockBytes = kI8Block * kI8Cols + kI8Cols * 4;
 constexpr int64_t kU8PanelBlockBytes = kI8Block * kI8Cols + 2 * kI8Cols * 4;
 
@@ -30,26 +33,50 @@ constexpr int64_t kU8PanelBlockBytes = kI8Block * kI8Cols + 2 * kI8Cols * 4;
 void quantize_row(const float* x, int64_t k, int8_t* q, float* s);
 void quantize_row_ref(const float* x, int64_t k, int8_t* q, float* s);
 
-// y[i][c] = sum over blocks b of (sum_t xq[i][t] w[c][t]) * (ws[b][c] * xs[i][b]), accumulated block after
-// block in fp32 with one fused multiply-add per block, for i < rows (<= kI8Rows), c < ncols (<= kI8Cols).
-// xq rows are kp levels apart (kp = nb * kI8Block), xs rows nb scales apart, y rows ldy apart.
-void panel_block(const int8_t* xq, const float* xs, int64_t nb, const unsigned char* panel, int rows,
-                 int ncols, float* y, int64_t ldy);
-void panel_block_ref(const int8_t* xq, const float* xs, int64_t nb, const unsigned char* panel, int rows,
-                     int ncols, float* y, int64_t ldy);
+// Quantised activations: a row of k values becomes k_padded / kI8Block blocks of kI8ActBytes bytes: the
+// block's kI8Block levels (quantize_row's), its fp32 scale s, then one 32-bit word for the panels' kind: for
+// signed panels the int32 -kI8Bias * (the sum of the levels), which the weights' bias adds to a block's sum
+// (so a kernel may start the sum there); for level panels the fp32 s * float(the sum of the levels) rounded
+// once.
+constexpr int64_t kI8ActBytes = kI8Block + 8;
+void quantize_acts(const float* x, int64_t k, unsigned char* out, bool levels);
+void quantize_acts_ref(const float* x, int64_t k, unsigned char* out, bool levels);
 
-// Level panels: y[i][c] = sum over blocks b of (sum_t xq[i][t] u[c][t]) * (D[b][c] * xs[i][b]) +
-// xsum[i][b] * (O[b][c] * xs[i][b]), two fused multiply-adds per block in that order; xsum[i][b] = the sum of
-// row i's levels in block b (rows nb apart). bits: 4 or 5.
-void panel_block_u(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
-                   const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy, int bits);
-void panel_block_u_ref(const int8_t* xq, const float* xs, const int32_t* xsum, int64_t nb,
-                       const unsigned char* panel, int rows, int ncols, float* y, int64_t ldy, int bits);
+// Rows of quantised activations: row r's block b at p + r * ld + b * kI8ActBytes.
+struct I8Rows {
+    const unsigned char* p = nullptr;
+    int64_t ld = 0;
+    int rows = 0;  // 1 to kI8Rows
+};
+
+// One tile: x's rows against the first ncols (1 to kI8TileCols) columns of the panels at `panel` (consecutive
+// panels panel_stride bytes apart: column c is column c % kI8Cols of panel c / kI8Cols), over nb blocks.
+struct I8Tile {
+    const unsigned char* panel = nullptr;
+    int64_t panel_stride = 0;
+    int64_t nb = 0;
+    int ncols = 0;
+    float* y = nullptr;  // y[r * ldy + c] for r < rows, c < ncols; no other element is touched
+    int64_t ldy = 0;
+    bool accumulate = false;  // add to y (a later slice of k) instead of starting from 0
+};
+
+// Signed panels: y[r][c] = (accumulate ? y[r][c] : 0) + sum over blocks b of S * (ws[b][c] * s[r][b]), one
+// fused multiply-add per block in block order, S = sum_t q[r][t] w[c][t] (exact int32); x quantised with
+// levels = false.
+void panel_block(const I8Rows& x, const I8Tile& t);
+void panel_block_ref(const I8Rows& x, const I8Tile& t);
+
+// Level panels (bits: 4 or 5): per block two fused multiply-adds, S * (D[b][c] * s[r][b]) then O[b][c] times
+// the block's s * sum word, S = sum_t q[r][t] u[c][t]; x quantised with levels = true.
+void panel_block_u(const I8Rows& x, const I8Tile& t, int bits);
+void panel_block_u_ref(const I8Rows& x, const I8Tile& t, int bits);
 
 // The extension the panel kernels use besides the Highway target on this CPU under CLEF_MAX_ISA: "dotprod" on
-// aarch64 with FEAT_DotProd (whatever target is dispatched); on x86 "avx512-vnni" (AVX512-VNNI with VL) or
-// else "avx-vnni" (AVX-VNNI) while an AVX2 or AVX-512 target is dispatched; else "". last_kernel_extension:
-// the one the last panel_block / panel_block_u call used (tests).
+// aarch64 with FEAT_DotProd (whatever target is dispatched); on x86 "avx512-vnni" (512-bit vpdpbusd) while an
+// AVX-512 target is dispatched on a CPU with AVX512-VNNI, "avx-vnni" (256-bit VEX vpdpbusd) while the AVX2
+// target is dispatched on one with AVX-VNNI; else "" (the AVX2 kernels on either target, or the twins).
+// last_kernel_extension: the one the last panel_block / panel_block_u call used (tests).
 const char* kernel_extension();
 const char* last_kernel_extension();
 

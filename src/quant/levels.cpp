@@ -1,6 +1,8 @@
 #include "quant/levels.h"
 
+#include <array>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "ops/quant_blocks.h"
@@ -105,25 +107,57 @@ bool has_levels(const QuantMatrix& m) {
            (m.col_map.empty() || m.col_group % kQK == 0);
 }
 
-bool matrix_row_levels(const QuantMatrix& m, int64_t r, uint8_t* u, float* D, float* O) {
-    if (!has_levels(m)) return false;
+namespace {
+
+// Logical row r of m (maps applied) from decode(stored row, levels, per-32 arrays): one byte per value and
+// kArrays floats per 32 values (f[a][block]), column groups moved as col_map says.
+template <size_t kArrays, class Decode>
+void mapped_row(const QuantMatrix& m, int64_t r, unsigned char* levels, const std::array<float*, kArrays>& f,
+                Decode decode) {
     if (r < 0 || r >= m.rows) throw Error("levels: row " + std::to_string(r) + " is outside the matrix");
     const unsigned char* src =
         m.data + static_cast<uint64_t>(m.row_map.empty() ? r : m.row_map[r]) * m.row_bytes();
-    if (m.col_map.empty()) {
-        row_levels(m.type, src, m.cols, u, D, O);
-        return true;
-    }
-    std::vector<uint8_t> tu(static_cast<size_t>(m.cols));
-    std::vector<float> td(static_cast<size_t>(m.cols / kQK)), to(td.size());
-    row_levels(m.type, src, m.cols, tu.data(), td.data(), to.data());
-    const int64_t gb = m.col_group / kQK;  // blocks per column group
+    if (m.col_map.empty()) return decode(src, levels, f);
+    const int64_t nb = m.cols / kQK, gb = m.col_group / kQK;  // blocks per row, per column group
+    std::vector<unsigned char> tl(static_cast<size_t>(m.cols));
+    std::vector<float> tf(static_cast<size_t>(nb) * kArrays);
+    std::array<float*, kArrays> tp;
+    for (size_t a = 0; a < kArrays; ++a) tp[a] = tf.data() + a * nb;
+    decode(src, tl.data(), tp);
     for (size_t g = 0; g < m.col_map.size(); ++g) {
         const int64_t from = m.col_map[g];
-        std::memcpy(u + g * m.col_group, tu.data() + from * m.col_group, static_cast<size_t>(m.col_group));
-        std::memcpy(D + g * gb, td.data() + from * gb, static_cast<size_t>(gb) * sizeof(float));
-        std::memcpy(O + g * gb, to.data() + from * gb, static_cast<size_t>(gb) * sizeof(float));
+        std::memcpy(levels + g * m.col_group, tl.data() + from * m.col_group,
+                    static_cast<size_t>(m.col_group));
+        for (size_t a = 0; a < kArrays; ++a)
+            std::memcpy(f[a] + g * gb, tp[a] + from * gb, static_cast<size_t>(gb) * sizeof(float));
     }
+}
+
+}  // namespace
+
+bool matrix_row_levels(const QuantMatrix& m, int64_t r, uint8_t* u, float* D, float* O) {
+    if (!has_levels(m)) return false;
+    mapped_row<2>(m, r, u, {D, O},
+                  [&m](const unsigned char* src, unsigned char* lv, const std::array<float*, 2>& f) {
+                      row_levels(m.type, src, m.cols, lv, f[0], f[1]);
+                  });
+    return true;
+}
+
+bool has_int8_levels(const QuantMatrix& m) {
+    return m.type == GgmlType::Q8_0 && m.cols % kQK == 0 && (m.col_map.empty() || m.col_group % kQK == 0);
+}
+
+bool matrix_row_int8(const QuantMatrix& m, int64_t r, int8_t* q, float* s) {
+    if (!has_int8_levels(m)) return false;
+    mapped_row<1>(m, r, reinterpret_cast<unsigned char*>(q), {s},
+                  [&m](const unsigned char* src, unsigned char* lv, const std::array<float*, 1>& f) {
+                      const auto* b = reinterpret_cast<const ops::BlockQ8_0*>(src);
+                      for (int64_t i = 0; i < m.cols / kQK; ++i) {
+                          std::memcpy(lv + i * kQK, b[i].qs, kQK);
+                          f[0][i] = f16_to_f32(b[i].d);
+                      }
+                  });
     return true;
 }
 

@@ -23,4 +23,11 @@ bool has_levels(const QuantMatrix& m);
 // Logical row r of m (maps applied) as levels; false when !has_levels(m) (then nothing is written).
 bool matrix_row_levels(const QuantMatrix& m, int64_t r, uint8_t* u, float* D, float* O);
 
+// Q8_0's blocks as they are: int8 levels q[n] and one scale s per 32 values (value = s * q, exactly the
+// file's numbers), which ops::Int8Linear multiplies as its signed panels without requantising them. Whether
+// m's rows come so (Q8_0, whole blocks, column groups of whole blocks), and logical row r of m (maps
+// applied); false when !has_int8_levels(m) (then nothing is written).
+bool has_int8_levels(const QuantMatrix& m);
+bool matrix_row_int8(const QuantMatrix& m, int64_t r, int8_t* q, float* s);
+
 }  // namespace clef
