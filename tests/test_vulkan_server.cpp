@@ -185,7 +185,8 @@ TEST(VulkanServer, LostDeviceMovesTheModelToTheCpu) {
 TEST(VulkanServer, KernelTheDriverDoesNotBuildMovesTheModelToTheCpu) {
     if (!have_vulkan()) GTEST_SKIP() << "no Vulkan device on this machine";
     FaultsCleared cleared;
-    dev::inject_vulkan_fault(dev::VulkanFault::Kernel, 0, "delta_wy");  // the chunked delta rule's first kernel
+    dev::inject_vulkan_fault(dev::VulkanFault::Kernel, 0,
+                             "delta_wy");   // the chunked delta rule's first kernel
     const auto s = start_server("vulkan");  // the warm-up decision finds it and moves to the CPU
     EXPECT_EQ(device_kind(*s), "cpu");
     const std::string body = long_request();
