@@ -116,6 +116,13 @@ struct Tiny {
     TextConfig cfg = load_model_config(data_path("tiny-clef/config.json")).text;
 };
 
+// The tiny backbone twice: on the CPU and through a counting device.
+struct TinyOnBoth : Tiny {
+    CountingDevice counting;
+    const Backbone cpu{cfg, ckpt};
+    const Backbone seam{cfg, ckpt, ops::Residency::Streamed, counting};
+};
+
 std::vector<int32_t> ids(int64_t n, int64_t vocab) {
     std::vector<int32_t> v(n);
     for (int64_t i = 0; i < n; ++i) v[i] = static_cast<int32_t>((i * 7919 + 13) % vocab);
@@ -125,10 +132,7 @@ std::vector<int32_t> ids(int64_t n, int64_t vocab) {
 }  // namespace
 
 TEST(DeviceSeam, BackboneRunsEveryLayerThroughTheSeam) {
-    Tiny t;
-    CountingDevice counting;
-    const Backbone cpu_backbone(t.cfg, t.ckpt);
-    const Backbone seam_backbone(t.cfg, t.ckpt, ops::Residency::Streamed, counting);
+    TinyOnBoth t;
     const int linear_layers = static_cast<int>(
         std::count(t.cfg.layer_types.begin(), t.cfg.layer_types.end(), LayerType::LinearAttention));
     const int attention_layers = t.cfg.num_layers - linear_layers;
@@ -136,50 +140,47 @@ TEST(DeviceSeam, BackboneRunsEveryLayerThroughTheSeam) {
     ASSERT_GT(attention_layers, 0);
     // Every projection is a device matrix: 4 MLP-and-norm-free projections per GDN layer + out, 4 per
     // attention layer, 3 MLP per layer.
-    EXPECT_EQ(counting.c.matrices, linear_layers * 5 + attention_layers * 4 + t.cfg.num_layers * 3);
+    EXPECT_EQ(t.counting.c.matrices, linear_layers * 5 + attention_layers * 4 + t.cfg.num_layers * 3);
 
     const std::vector<int32_t> prompt = ids(37, t.cfg.vocab_size);
     for (bool reference : {false, true}) {
         BackboneOptions opt;
         opt.reference = reference;
-        counting.c = {};
-        EXPECT_EQ(seam_backbone.forward(prompt, opt), cpu_backbone.forward(prompt, opt)) << reference;
+        t.counting.c = {};
+        EXPECT_EQ(t.seam.forward(prompt, opt), t.cpu.forward(prompt, opt)) << reference;
         // One chunk (the prompt is shorter than a chunk): one stream, the embeddings and the RoPE tables in,
         // the hidden states out; the fresh state made on the device (zeros), nothing of it copied.
-        EXPECT_EQ(counting.c.streams, 1);
-        EXPECT_EQ(counting.c.uploads, 3);
-        EXPECT_EQ(counting.c.downloads, 1);
-        EXPECT_EQ(counting.c.fetches, 0);
-        EXPECT_EQ(counting.c.buffers, 2 * t.cfg.num_layers);  // conv + delta, or K + V, per layer
-        EXPECT_EQ(counting.c.kernels["zero"], 2 * linear_layers);
-        EXPECT_EQ(counting.c.kernels["delta_rule"], linear_layers);
-        EXPECT_EQ(counting.c.kernels["attention"], attention_layers);
-        EXPECT_EQ(counting.c.kernels["linear"],
+        EXPECT_EQ(t.counting.c.streams, 1);
+        EXPECT_EQ(t.counting.c.uploads, 3);
+        EXPECT_EQ(t.counting.c.downloads, 1);
+        EXPECT_EQ(t.counting.c.fetches, 0);
+        EXPECT_EQ(t.counting.c.buffers, 2 * t.cfg.num_layers);  // conv + delta, or K + V, per layer
+        EXPECT_EQ(t.counting.c.kernels["zero"], 2 * linear_layers);
+        EXPECT_EQ(t.counting.c.kernels["delta_rule"], linear_layers);
+        EXPECT_EQ(t.counting.c.kernels["attention"], attention_layers);
+        EXPECT_EQ(t.counting.c.kernels["linear"],
                   linear_layers * 5 + attention_layers * 4 + t.cfg.num_layers * 3);
         // input norm, post norm per layer, q/k norms per attention layer, the final norm
-        EXPECT_EQ(counting.c.kernels["rms_norm"], 2 * t.cfg.num_layers + 2 * attention_layers + 1);
+        EXPECT_EQ(t.counting.c.kernels["rms_norm"], 2 * t.cfg.num_layers + 2 * attention_layers + 1);
     }
 }
 
 TEST(DeviceSeam, ChunksCarryTheirStateThroughTheDevice) {
-    Tiny t;
-    CountingDevice counting;
-    const Backbone cpu_backbone(t.cfg, t.ckpt);
-    const Backbone seam_backbone(t.cfg, t.ckpt, ops::Residency::Streamed, counting);
+    TinyOnBoth t;
     BackboneOptions opt;
     opt.prefill_chunk = 16;
     for (bool kv_bf16 : {false, true}) {
         opt.kv_bf16 = kv_bf16;
         const std::vector<int32_t> prompt = ids(53, t.cfg.vocab_size);
-        counting.c = {};
-        EXPECT_EQ(seam_backbone.forward(prompt, opt), cpu_backbone.forward(prompt, opt)) << kv_bf16;
-        EXPECT_EQ(counting.c.streams, 4);  // ceil(53 / 16) chunks, one stream each
-        EXPECT_EQ(counting.c.downloads, 4);
+        t.counting.c = {};
+        EXPECT_EQ(t.seam.forward(prompt, opt), t.cpu.forward(prompt, opt)) << kv_bf16;
+        EXPECT_EQ(t.counting.c.streams, 4);  // ceil(53 / 16) chunks, one stream each
+        EXPECT_EQ(t.counting.c.downloads, 4);
         // The state stays on the device from chunk to chunk: made once (the K/V cache for the whole
         // prompt), never copied in or back; each chunk brings its embeddings and RoPE tables.
-        EXPECT_EQ(counting.c.buffers, 2 * t.cfg.num_layers);
-        EXPECT_EQ(counting.c.uploads, 4 * 3);
-        EXPECT_EQ(counting.c.fetches, 0);
+        EXPECT_EQ(t.counting.c.buffers, 2 * t.cfg.num_layers);
+        EXPECT_EQ(t.counting.c.uploads, 4 * 3);
+        EXPECT_EQ(t.counting.c.fetches, 0);
     }
 }
 
@@ -187,23 +188,20 @@ TEST(DeviceSeam, ChunksCarryTheirStateThroughTheDevice) {
 // snapshots): the conv and delta-rule state whole and the K/V rows from the asked row on, equal to the CPU
 // backbone's state after the same prompt.
 TEST(DeviceSeam, StateComesBackToTheHostWhenAsked) {
-    Tiny t;
-    CountingDevice counting;
-    const Backbone cpu_backbone(t.cfg, t.ckpt);
-    const Backbone seam_backbone(t.cfg, t.ckpt, ops::Residency::Streamed, counting);
+    TinyOnBoth t;
     BackboneOptions opt;
     opt.prefill_chunk = 16;
     const std::vector<int32_t> prompt = ids(40, t.cfg.vocab_size);
     Backbone::PrefillInput in;
     in.T = static_cast<int64_t>(prompt.size());
     in.ids = prompt.data();
-    BackboneState want = cpu_backbone.start(), got = seam_backbone.start();
+    BackboneState want = t.cpu.start(), got = t.seam.start();
     const auto ignore = [](const float*, int64_t, int64_t) {};
-    cpu_backbone.prefill(want, in, opt, ignore);
-    seam_backbone.prefill(got, in, opt, ignore);
+    t.cpu.prefill(want, in, opt, ignore);
+    t.seam.prefill(got, in, opt, ignore);
     const int64_t kv_from = 24, kvdim = int64_t{t.cfg.num_kv_heads} * t.cfg.head_dim;
-    counting.c = {};
-    seam_backbone.to_host(got, kv_from);
+    t.counting.c = {};
+    t.seam.to_host(got, kv_from);
     int fetched = 0;
     for (int l = 0; l < t.cfg.num_layers; ++l) {
         const BackboneState::Layer &g = got.layers[l], &w = want.layers[l];
@@ -218,8 +216,8 @@ TEST(DeviceSeam, StateComesBackToTheHostWhenAsked) {
         EXPECT_TRUE(std::equal(g.v.begin() + kv_from * kvdim, g.v.end(), w.v.begin() + kv_from * kvdim)) << l;
         fetched += 2;
     }
-    EXPECT_EQ(counting.c.fetches, fetched);
-    EXPECT_EQ(counting.c.streams, 1);
+    EXPECT_EQ(t.counting.c.fetches, fetched);
+    EXPECT_EQ(t.counting.c.streams, 1);
 }
 
 TEST(DeviceSeam, VisionTowerRunsEveryBlockThroughTheSeam) {
