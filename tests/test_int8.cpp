@@ -13,6 +13,7 @@
 
 #include "decision/engine.h"
 #include "decision/request.h"
+#include "model/serve_plan.h"
 #include "ops/cpu.h"
 #include "ops/int8_gemm.h"
 #include "ops/int8_kernels.h"
@@ -253,6 +254,30 @@ TEST(Int8Decision, SmallModelGgufAgainstExact) {
                     EXPECT_EQ(static_cast<size_t>(std::max_element(g.begin(), g.end()) - g.begin()), best);
                 }
             }
+        }
+    }
+}
+
+// Under int8, Q8_0's blocks are packed at load whether or not the file's weights stream (the panels are the
+// file's bytes rearranged, no decode per forward), and the memory plan counts what the layers then hold:
+// the small model's Q8_0 file (all matrices Q8_0) streams nothing; its Q4_K_M file still streams.
+TEST(Int8Decision, Q8_0BlocksArePackedAtLoadAndPlannedSo) {
+    for (const char* type : {"q8_0", "q4_k_m"}) {
+        SCOPED_TRACE(type);
+        const std::string file = clef::testing::small_gguf(work_dir(), type);
+        LoadOptions o;
+        o.precision = ops::Precision::Int8;
+        const std::unique_ptr<Engine> e = Engine::load(file, "", o);
+        const bool q8 = std::string(type) == "q8_0";
+        EXPECT_EQ(e->backbone().streams_weights(), !q8);
+        clef::MemoryPlanInput in;
+        in.tokens = 100;
+        in.backbone.precision = ops::Precision::Int8;
+        const clef::MemoryPlan plan = clef::compute_memory_plan(file, "", in);
+        EXPECT_EQ(plan.weights.streamed, !q8);
+        if (q8) {
+            EXPECT_EQ(plan.weights.packed, e->backbone().packed_weight_bytes());
+            EXPECT_GT(plan.weights.packed, 0u);
         }
     }
 }

@@ -54,18 +54,20 @@ uint64_t int8_stream_buffer(int64_t cols) {
 
 // A backbone projection with Precision::Int8 (ops/int8_gemm.h): streamed from the mapping like Exact, or
 // quantised once at load into int8 panels (1.125 bytes per weight; a block-quantised tensor planned at the
-// 1.25 of level panels, which its type may not need; the file's pages dropped); an F64 checkpoint tensor
-// keeps an fp32 reference copy.
+// 1.25 of level panels, which its type may not need; the file's pages dropped); Q8_0 blocks are always
+// packed (their panels are the file's bytes rearranged, 1.125 against 1.0625 per weight); an F64 checkpoint
+// tensor keeps an fp32 reference copy.
 void add_int8_matrix(WeightMemory& w, const TensorSpec& s, const StoredTensor& st,
                      const MemoryPlanInput& in) {
     const int64_t rows = rows_of(s), cols = cols_of(s), kp = (cols + 31) / 32 * 32;
-    if (st.kind == Kind::Blocks && !in.unpack_quantised) {
+    if (st.kind == Kind::Blocks && !in.unpack_quantised && !st.int8_blocks) {
         w.mapped += st.bytes;
         w.streamed = true;
         w.stream_buffer = std::max(w.stream_buffer, int8_stream_buffer(cols));
         return;
     }
-    w.packed += u((rows + 63) / 64 * 64) * u(kp + kp / 32 * (st.kind == Kind::Blocks ? 8 : 4));
+    const bool levels = st.kind == Kind::Blocks && !st.int8_blocks;  // level panels: a scale and an offset
+    w.packed += u((rows + 63) / 64 * 64) * u(kp + kp / 32 * (levels ? 8 : 4));
     if (st.kind == Kind::F64) w.packed += u(rows * cols) * kF32;
 }
 

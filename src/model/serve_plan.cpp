@@ -77,7 +77,8 @@ PlanSources gguf_plan_sources(const std::string& path, const std::string& head_d
     p.src.text = [f](const TensorSpec& s) -> std::optional<StoredTensor> {
         const GgufTensorInfo* t = f->find_tensor(s.gguf);
         if (!t) return std::nullopt;
-        return StoredTensor{stored_kind_ggml(t->ggml_type), t->nbytes, true};
+        return StoredTensor{stored_kind_ggml(t->ggml_type), t->nbytes, true,
+                            t->ggml_type == static_cast<uint32_t>(GgmlType::Q8_0)};
     };
     for (const std::string key : {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"}) {
         if (!f->contains(key)) continue;

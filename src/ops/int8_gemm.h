@@ -10,11 +10,12 @@
 // quant/levels.h) come as those blocks' unsigned levels and (scale, offset) instead, exactly as the file
 // holds them, and multiply with about half the instructions (ops/int8_kernels.h, level panels); their only
 // error is the activations'. Q8_0 weights come as their blocks' int8 levels and scales, also exactly the
-// file's (Int8Provider; signed panels). Other weights come as fp32 rows from the provider (a GGUF matrix
-// dequantised exactly, a BF16 or F16 matrix widened) and are quantised: Q4_0 and IQ4_NL blocks keep their
-// levels up to the common factor; every other type (blocks with mins, 16-value sub-block scales, grids) is
-// requantised, within half a level of the block's new scale (max |w| / 254): far inside the file's own
-// quantisation step. Error of one output (what tests/test_kernels.cpp and tests/test_int8.cpp hold it to):
+// file's (Int8Provider; signed panels; device/linear.cpp packs those at load, streamed or not). Other weights
+// come as fp32 rows from the provider (a GGUF matrix dequantised exactly, a BF16 or F16 matrix widened) and
+// are quantised: Q4_0 and IQ4_NL blocks keep their levels up to the common factor; every other type (blocks
+// with mins, 16-value sub-block scales, grids) is requantised, within half a level of the block's new scale
+// (max |w| / 254): far inside the file's own quantisation step. Error of one output (what
+// tests/test_kernels.cpp and tests/test_int8.cpp hold it to):
 //   |y - x.w| <= sum over t of (|x_t| e_w,t + |w_t| e_x,t + e_x,t e_w,t) + fp32 rounding of the block sums,
 // with e_x,t = s_x / 2 and e_w,t = s_w / 2 of t's blocks.
 //
