@@ -231,7 +231,10 @@ GemmShape gemm_shape(const GemmDevice& d, ops::Precision precision, int64_t m, i
     if (precision == ops::Precision::F16 && (d.coop_nv || (d.coop_emulated && d.fp16)))
         return tensor_cores(d.coop_nv, d.subgroup);
     if (m <= 16) return tiled("small");
-    if (d.gpu && d.shared_memory >= 32768 && m > 64 && n > 64) return tiled("large");
+    // A CPU-type device (lavapipe) runs the large tiles twice as fast as the medium ones on Clef-Flash's
+    // projections (docs/GPU.md), but compiles their pipeline for seconds: only where a GEMM is that large.
+    const bool large = d.gpu ? m > 64 && n > 64 : m >= 128 && n >= 1024;
+    if (large && d.shared_memory >= 32768) return tiled("large");
     return tiled("medium");
 }
 
