@@ -21,7 +21,8 @@ struct StoredTensor {
     Kind kind = Kind::BF16;
     uint64_t bytes = 0;  // in the file
     bool gguf = false;   // in a GGUF file (model/gguf_model.cpp reads it)
-    // Q8_0 blocks: Precision::Int8 packs them at load as they are (device/linear.cpp), not streamed.
+    // int8 levels (quant/levels.h int8_level_type, Q8_0): Precision::Int8 packs them at load as they are
+    // (device/linear.cpp), not streamed.
     bool int8_blocks = false;
 };
 // The stored form of a table entry (model/tensors.h), or nothing when the files do not hold it.

@@ -13,6 +13,7 @@
 #include "model/gguf_model.h"
 #include "model/tensors.h"
 #include "ops/gemm.h"
+#include "quant/levels.h"
 #include "quant/quant.h"
 #include "util/error.h"
 #include "util/mmap.h"
@@ -77,8 +78,7 @@ PlanSources gguf_plan_sources(const std::string& path, const std::string& head_d
     p.src.text = [f](const TensorSpec& s) -> std::optional<StoredTensor> {
         const GgufTensorInfo* t = f->find_tensor(s.gguf);
         if (!t) return std::nullopt;
-        return StoredTensor{stored_kind_ggml(t->ggml_type), t->nbytes, true,
-                            t->ggml_type == static_cast<uint32_t>(GgmlType::Q8_0)};
+        return stored_ggml(t->ggml_type, t->nbytes);
     };
     for (const std::string key : {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"}) {
         if (!f->contains(key)) continue;
@@ -108,11 +108,14 @@ StoredTensor::Kind stored_kind(DType t) {
     return t == DType::BF16 ? K::BF16 : t == DType::F16 ? K::F16 : t == DType::F64 ? K::F64 : K::F32;
 }
 
-StoredTensor::Kind stored_kind_ggml(uint32_t type) {
+StoredTensor stored_ggml(uint32_t type, uint64_t bytes) {
     using K = StoredTensor::Kind;
-    if (ggml_type_traits(type).block_size > 1) return K::Blocks;
     const auto t = static_cast<GgmlType>(type);
-    return t == GgmlType::BF16 ? K::BF16 : t == GgmlType::F16 ? K::F16 : K::F32;
+    const K kind = ggml_type_traits(type).block_size > 1 ? K::Blocks
+                   : t == GgmlType::BF16                 ? K::BF16
+                   : t == GgmlType::F16                  ? K::F16
+                                                         : K::F32;
+    return StoredTensor{kind, bytes, true, int8_level_type(t)};
 }
 
 std::string checkpoint_text_prefix(const Checkpoint& ck) {

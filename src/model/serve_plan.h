@@ -14,9 +14,9 @@
 
 namespace clef {
 
-// How a safetensors dtype / a ggml type is stored.
+// How a safetensors dtype is stored; a GGUF tensor of a ggml type and its bytes in the file.
 StoredTensor::Kind stored_kind(DType t);
-StoredTensor::Kind stored_kind_ggml(uint32_t type);
+StoredTensor stored_ggml(uint32_t type, uint64_t bytes);
 
 // A loaded tokenizer's memory, measured with `clef tokenize`: tests/data/tokenizer/qwen3/tokenizer.json (11.4
 // MB, 151,643 tokens + 151,387 merges) peaks 55 MB above the runtime, a GGUF with 248,320 tokens 44 MB: ~180

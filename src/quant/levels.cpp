@@ -144,8 +144,12 @@ bool matrix_row_levels(const QuantMatrix& m, int64_t r, uint8_t* u, float* D, fl
     return true;
 }
 
+bool int8_level_type(GgmlType t) {
+    return t == GgmlType::Q8_0;
+}
+
 bool has_int8_levels(const QuantMatrix& m) {
-    return m.type == GgmlType::Q8_0 && m.cols % kQK == 0 && (m.col_map.empty() || m.col_group % kQK == 0);
+    return int8_level_type(m.type) && m.cols % kQK == 0 && (m.col_map.empty() || m.col_group % kQK == 0);
 }
 
 bool matrix_row_int8(const QuantMatrix& m, int64_t r, int8_t* q, float* s) {

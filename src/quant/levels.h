@@ -28,6 +28,8 @@ bool matrix_row_levels(const QuantMatrix& m, int64_t r, uint8_t* u, float* D, fl
 // m's rows come so (Q8_0, whole blocks, column groups of whole blocks), and logical row r of m (maps
 // applied); false when !has_int8_levels(m) (then nothing is written).
 bool has_int8_levels(const QuantMatrix& m);
+// Whether t's blocks are such int8 levels (Q8_0).
+bool int8_level_type(GgmlType t);
 bool matrix_row_int8(const QuantMatrix& m, int64_t r, int8_t* q, float* s);
 
 }  // namespace clef

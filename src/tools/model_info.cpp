@@ -374,8 +374,7 @@ ModelSources gguf_sources(const ModelConfig& config, const HeadConfig* head, Ggu
         const uint32_t type = gguf_tensor_type(s.gguf, dims, ft, ctx);
         const GgmlTypeTraits t = ggml_type_traits(type);
         const uint64_t rows = static_cast<uint64_t>(s.numel()) / dims[0];
-        return StoredTensor{stored_kind_ggml(type), rows * ggml_row_bytes(t, dims[0]), true,
-                            type == static_cast<uint32_t>(GgmlType::Q8_0)};
+        return stored_ggml(type, rows * ggml_row_bytes(t, dims[0]));
     };
     const uint64_t hp = head ? static_cast<uint64_t>(head_params(*head)) : 0;
     src.head_source_bytes = hp * 4 + hp * 34 / 32;
