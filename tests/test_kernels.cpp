@@ -634,8 +634,10 @@ TEST(Int8Panel, MatchesIntegerSumsAndSameBitsOnEveryTarget) {
 TEST(Int8Linear, WithinTheQuantisationBoundPackedStreamedAndThreaded) {
     std::mt19937 rng(47);
     // m x n x k (plain variables: clang 14 cannot capture structured bindings in the lambdas below).
-    const int64_t shapes[][3] = {{1, 1, 1},      {3, 9, 33},    {7, 70, 100},
-                                 {13, 130, 256}, {5, 64, 1000}, {19, 97, 1030}};
+    // The last: tasks of 256 columns narrowing to 64 and a short last one, k over three slices of 64 blocks
+    // (ops/int8_gemm.cpp).
+    const int64_t shapes[][3] = {{1, 1, 1},     {3, 9, 33},     {7, 70, 100},   {13, 130, 256},
+                                 {5, 64, 1000}, {19, 97, 1030}, {9, 1105, 4200}};
     for (const auto& shape : shapes) {
         const int64_t m = shape[0], n = shape[1], k = shape[2];
         SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k);
@@ -649,7 +651,8 @@ TEST(Int8Linear, WithinTheQuantisationBoundPackedStreamedAndThreaded) {
         EXPECT_TRUE(streamed.streamed());
         const int64_t nb = (k + kI8Block - 1) / kI8Block;
         EXPECT_EQ(packed.packed_bytes(),
-                  static_cast<size_t>(((n + 63) / 64) * (64 / kI8Cols) * nb * kI8PanelBlockBytes));
+                  static_cast<size_t>((n + kI8Cols - 1) / kI8Cols * nb * kI8PanelBlockBytes));
+        EXPECT_EQ(packed.packed_bytes(), ops::int8_packed_bytes(n, k, false));
         EXPECT_EQ(streamed.packed_bytes(), 0u);
         std::vector<float> want(static_cast<size_t>(m * n)), got(want.size());
         packed.forward(x.data(), m, want.data(), bias.data(), /*reference=*/true);

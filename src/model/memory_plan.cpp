@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "device/device.h"
+#include "ops/int8_gemm.h"
 #include "ops/simd_kernels.h"
 
 namespace clef {
@@ -46,12 +47,6 @@ uint64_t stream_buffer(int64_t rows, int64_t cols, bool onednn) {
     return 2 * u(std::min(group, panel_rows(rows) / p) * p * cols * 2);
 }
 
-// The rows and panels one thread decodes per column block of a streamed int8 layer (ops/int8_gemm.cpp: 64
-// weight rows as fp32 or as levels with their scales, and their panels).
-uint64_t int8_stream_buffer(int64_t cols) {
-    return u(64 * cols) * (kF32 + 1) + u(64 * cols) * 5 / 4 + u(64 * (cols / 32 + 1)) * 8;
-}
-
 // A backbone projection with Precision::Int8 (ops/int8_gemm.h): streamed from the mapping like Exact, or
 // quantised once at load into int8 panels (1.125 bytes per weight; a block-quantised tensor planned at the
 // 1.25 of level panels, which its type may not need; the file's pages dropped); Q8_0 blocks are always
@@ -59,15 +54,15 @@ uint64_t int8_stream_buffer(int64_t cols) {
 // tensor keeps an fp32 reference copy.
 void add_int8_matrix(WeightMemory& w, const TensorSpec& s, const StoredTensor& st,
                      const MemoryPlanInput& in) {
-    const int64_t rows = rows_of(s), cols = cols_of(s), kp = (cols + 31) / 32 * 32;
+    const int64_t rows = rows_of(s), cols = cols_of(s);
     if (st.kind == Kind::Blocks && !in.unpack_quantised && !st.int8_blocks) {
         w.mapped += st.bytes;
         w.streamed = true;
-        w.stream_buffer = std::max(w.stream_buffer, int8_stream_buffer(cols));
+        w.stream_buffer = std::max(w.stream_buffer, ops::int8_stream_scratch_bytes(cols));
         return;
     }
     const bool levels = st.kind == Kind::Blocks && !st.int8_blocks;  // level panels: a scale and an offset
-    w.packed += u((rows + 63) / 64 * 64) * u(kp + kp / 32 * (levels ? 8 : 4));
+    w.packed += ops::int8_packed_bytes(rows, cols, levels);
     if (st.kind == Kind::F64) w.packed += u(rows * cols) * kF32;
 }
 

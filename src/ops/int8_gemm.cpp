@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <initializer_list>
 #include <vector>
@@ -24,10 +25,17 @@ using i8::kU8PanelBlockBytes;
 
 namespace {
 
-constexpr int64_t kColBlock = 4 * kI8Cols;  // output columns per task: one streamed decode, 4 panels
-// Blocks of k per kernel call: a tile's weights over them (kI8TileCols x 512 levels + scales, 18 KiB) stay in
-// the L1 cache while every row of the activations passes (docs/PERFORMANCE.md, the int8 yardstick).
-constexpr int64_t kKBlocks = 16;
+// Output columns per task at most (one streamed decode): a slice of the activations passes from the L2 cache
+// once for this many columns. Tasks narrow to kMinCols as the columns run out, so that no thread waits long
+// for the last (docs/PERFORMANCE.md, int8 in situ).
+constexpr int64_t kColBlock = 16 * kI8Cols;
+constexpr int64_t kMinCols = 4 * kI8Cols;
+// Blocks of k per kernel call: a tile's weights over them (kI8TileCols x 2,048 levels + scales, 72 KiB) come
+// from the L2 cache while every row of the activations passes; y is read and written once per slice.
+constexpr int64_t kKBlocks = 64;
+// The yardstick's shape (int8_kernel_gops): 64 rows against 4 panels over 16 blocks, every operand in the L1
+// cache.
+constexpr int64_t kYardRows = 64, kYardCols = 4 * kI8Cols, kYardBlocks = 16;
 
 using QuantizeFn = void (*)(const float*, int64_t, int8_t*, float*);
 using QuantizeActsFn = void (*)(const float*, int64_t, unsigned char*, bool);
@@ -98,37 +106,41 @@ struct Int8Linear::Impl {
         std::vector<int8_t> q;
         std::vector<float> s;
     };
-    // Columns [c0, c0 + nc) (nc <= kColBlock) into `panels` (kColBlock / kI8Cols panels; the columns from nc
-    // on zeroed here) from the provider in pv; fp32 rows are quantised with `quantize`.
+    // Columns [c0, c0 + nc) into `panels` (whole panels from column c0 on; the rest of the last one zeroed
+    // here) from the provider in pv, kMinCols rows per call (the scratch holds no more); fp32 rows are
+    // quantised with `quantize`.
     void decode(const Providers& pv, int64_t c0, int64_t nc, int64_t k, Scratch& sc, unsigned char* panels,
                 QuantizeFn quantize) const {
-        if (nc < kColBlock) std::fill_n(panels, (kColBlock / kI8Cols) * panel_bytes(), 0);
-        sc.s.resize(static_cast<size_t>(kColBlock * nb));
+        if (nc % kI8Cols != 0) std::fill_n(panels + nc / kI8Cols * panel_bytes(), panel_bytes(), 0);
+        for (int64_t j = 0; j < nc; j += kMinCols)
+            decode_rows(pv, c0 + j, std::min(kMinCols, nc - j), k, sc, panels + j / kI8Cols * panel_bytes(),
+                        quantize);
+    }
+    void decode_rows(const Providers& pv, int64_t r0, int64_t nr, int64_t k, Scratch& sc,
+                     unsigned char* panels, QuantizeFn quantize) const {
+        sc.s.resize(static_cast<size_t>(kMinCols * nb));
         if (pv.levels) {
-            sc.u.resize(static_cast<size_t>(kColBlock * kp));
+            sc.u.resize(static_cast<size_t>(kMinCols * kp));
             sc.o.resize(sc.s.size());
-            pv.levels(c0, nc, sc.u.data(), sc.s.data(), sc.o.data());
-            return pack_levels(sc.u.data(), sc.s.data(), sc.o.data(), nc, nb, panels);
+            pv.levels(r0, nr, sc.u.data(), sc.s.data(), sc.o.data());
+            return pack_levels(sc.u.data(), sc.s.data(), sc.o.data(), nr, nb, panels);
         }
-        sc.q.resize(static_cast<size_t>(kColBlock * kp));
+        sc.q.resize(static_cast<size_t>(kMinCols * kp));
         if (pv.int8) {
-            pv.int8(c0, nc, sc.q.data(), sc.s.data());
+            pv.int8(r0, nr, sc.q.data(), sc.s.data());
         } else {
-            sc.f32.resize(static_cast<size_t>(kColBlock * k));
-            pv.rows(c0, nc, sc.f32.data());
-            for (int64_t j = 0; j < nc; ++j)
+            sc.f32.resize(static_cast<size_t>(kMinCols * k));
+            pv.rows(r0, nr, sc.f32.data());
+            for (int64_t j = 0; j < nr; ++j)
                 quantize(sc.f32.data() + j * k, k, sc.q.data() + j * kp, sc.s.data() + j * nb);
         }
-        pack_int8(sc.q.data(), sc.s.data(), nc, nb, panels);
+        pack_int8(sc.q.data(), sc.s.data(), nr, nb, panels);
     }
-    // Packs every column block once (a packed layer).
+    // Packs every column once (a packed layer): whole panels, the last one zero-padded.
     void pack_all(const Providers& pv, int64_t n, int64_t k) {
-        const int64_t nblocks = (n + kColBlock - 1) / kColBlock;
-        packed.assign(static_cast<size_t>(nblocks * (kColBlock / kI8Cols) * panel_bytes()), 0);
+        packed.assign(static_cast<size_t>(int8_packed_bytes(n, k, bits != 0)), 0);
         Scratch sc;
-        for (int64_t c0 = 0; c0 < n; c0 += kColBlock)
-            decode(pv, c0, std::min(kColBlock, n - c0), k, sc, packed.data() + (c0 / kI8Cols) * panel_bytes(),
-                   i8::quantize_row);
+        decode(pv, 0, n, k, sc, packed.data(), i8::quantize_row);
     }
     // Keeps pv (streamed) or packs from it.
     void take(Providers pv, int64_t n, int64_t k, bool streamed) {
@@ -138,6 +150,19 @@ struct Int8Linear::Impl {
             pack_all(pv, n, k);
     }
 };
+
+uint64_t int8_packed_bytes(int64_t n, int64_t k, bool levels) {
+    const int64_t nb = (k + kI8Block - 1) / kI8Block;
+    return static_cast<uint64_t>((n + kI8Cols - 1) / kI8Cols * nb *
+                                 (levels ? kU8PanelBlockBytes : kI8PanelBlockBytes));
+}
+
+uint64_t int8_stream_scratch_bytes(int64_t k) {
+    const int64_t nb = (k + kI8Block - 1) / kI8Block, kp = nb * kI8Block;
+    // Impl::Scratch for kMinCols rows: fp32 rows, their levels, two fp32 per block; one task's level panels.
+    const int64_t rows = kMinCols * (k * 4 + kp + nb * 8);
+    return static_cast<uint64_t>(rows) + int8_packed_bytes(kColBlock, k, true);
+}
 
 Int8Linear::Int8Linear() = default;
 Int8Linear::Int8Linear(Int8Linear&&) noexcept = default;
@@ -223,17 +248,30 @@ struct Activations {
     }
 };
 
+// The columns [c0, c0 + width) the next task takes: kColBlock while at least two such tasks per thread are
+// left, then the remaining columns shared out, kMinCols at least (whole panels; the last task takes what is
+// left). {n, 0} when none are left.
+std::pair<int64_t, int64_t> next_columns(std::atomic<int64_t>& next, int64_t n, int threads) {
+    int64_t c0 = next.load(std::memory_order_relaxed);
+    for (;;) {
+        if (c0 >= n) return {n, 0};
+        const int64_t share = (n - c0) / (2 * threads) / kI8Cols * kI8Cols;
+        const int64_t w = std::min(std::clamp(share, kMinCols, kColBlock), n - c0);
+        if (next.compare_exchange_weak(c0, c0 + w, std::memory_order_relaxed)) return {c0, w};
+    }
+}
+
 // y[m][c0 + j] for j < nc (<= kColBlock) from the column block's panels (panel_bytes apart): per slice of
-// kKBlocks blocks, per tile of kI8TileCols columns, every row in groups of kI8Rows (bits: 0 signed panels).
+// kb blocks, per tile of kI8TileCols columns, every row in groups of kI8Rows (bits: 0 signed panels).
 void column_block(const Activations& a, int64_t m, const unsigned char* panels, int64_t panel_bytes, int bits,
-                  int64_t nc, float* y, int64_t ldy, bool reference) {
+                  int64_t nc, float* y, int64_t ldy, bool reference, int64_t kb = kKBlocks) {
     const int64_t bb = bits ? kU8PanelBlockBytes : kI8PanelBlockBytes;
-    for (int64_t kb0 = 0; kb0 < a.nb; kb0 += kKBlocks)
+    for (int64_t kb0 = 0; kb0 < a.nb; kb0 += kb)
         for (int64_t j = 0; j < nc; j += kI8TileCols) {
             i8::I8Tile t;
             t.panel = panels + (j / kI8Cols) * panel_bytes + kb0 * bb;
             t.panel_stride = panel_bytes;
-            t.nb = std::min(kKBlocks, a.nb - kb0);
+            t.nb = std::min(kb, a.nb - kb0);
             t.ncols = static_cast<int>(std::min<int64_t>(kI8TileCols, nc - j));
             t.ldy = ldy;
             t.accumulate = kb0 > 0;
@@ -261,14 +299,14 @@ void Int8Linear::forward(const float* x, int64_t m, float* y, const float* bias,
     const Activations a(m, nb);
 #pragma omp parallel for schedule(static) if (m * k > (1 << 15))
     for (int64_t i = 0; i < m; ++i) quantize_acts(x + i * k, k, a.p.get() + i * a.ld, p.bits != 0);
-    const int64_t nblocks = (n + kColBlock - 1) / kColBlock;
+    std::atomic<int64_t> next{0};
 #pragma omp parallel if (m * n * k > (1 << 18))
     {
         Impl::Scratch sc;
         std::vector<unsigned char> own;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t cb = 0; cb < nblocks; ++cb) {
-            const int64_t c0 = cb * kColBlock, nc = std::min(kColBlock, n - c0);
+        for (;;) {
+            const auto [c0, nc] = next_columns(next, n, omp_get_num_threads());
+            if (nc == 0) break;
             if (p.streamed()) {
                 own.resize(static_cast<size_t>((kColBlock / kI8Cols) * p.panel_bytes()));
                 p.decode(p.src, c0, nc, k, sc, own.data(), quantize);
@@ -286,8 +324,8 @@ void Int8Linear::forward(const float* x, int64_t m, float* y, const float* bias,
 }
 
 double int8_kernel_gops(int iters, int bits) {
-    // One column block's slice of k against 64 rows, as the forward calls the kernels: ~1 ms per timed run.
-    constexpr int64_t m = 64, n = kColBlock, nb = kKBlocks, k = nb * kI8Block, reps = 32;
+    // The yardstick's shape (kYardRows ...), the tiles called as the forward calls them: ~1 ms per timed run.
+    constexpr int64_t m = kYardRows, n = kYardCols, nb = kYardBlocks, k = nb * kI8Block, reps = 32;
     const auto value = [](int64_t i) { return static_cast<float>((i * 7919) % 2001 - 1000) / 1000.0f; };
     Int8Linear::Impl w;  // the panels, packed as a layer packs them
     w.nb = nb;
@@ -321,7 +359,7 @@ double int8_kernel_gops(int iters, int bits) {
 #pragma omp barrier
             const double t0 = omp_get_wtime();
             for (int64_t rep = 0; rep < reps; ++rep)
-                column_block(a, m, panels.data(), w.panel_bytes(), bits, n, y.data(), n, false);
+                column_block(a, m, panels.data(), w.panel_bytes(), bits, n, y.data(), n, false, nb);
             const double dt = omp_get_wtime() - t0;
             secs[static_cast<size_t>(omp_get_thread_num())] = dt;
 #pragma omp barrier

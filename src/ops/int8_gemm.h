@@ -20,8 +20,8 @@
 // with e_x,t = s_x / 2 and e_w,t = s_w / 2 of t's blocks.
 //
 // Memory: Packed holds k_padded + 4 * k_padded / 32 bytes per row (1.125 bytes per weight; 1.25 with levels);
-// Streamed holds nothing between calls and one column block's rows (fp32) and panels per calling thread
-// during one.
+// Streamed holds nothing between calls and, per calling thread during one, the rows it decodes at once
+// (fp32) and one task's panels (int8_packed_bytes, int8_stream_scratch_bytes).
 #pragma once
 
 #include <cstdint>
@@ -78,14 +78,21 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
+// Bytes an Int8Linear of n rows of k holds packed (levels: level panels): whole panels of kI8Cols rows
+// (ops/int8_kernels.h).
+uint64_t int8_packed_bytes(int64_t n, int64_t k, bool levels);
+// Bytes one calling thread holds during a forward of a streamed Int8Linear with rows of k: the rows it
+// decodes at once and the panels of one task.
+uint64_t int8_stream_scratch_bytes(int64_t k);
+
 // How this machine runs Precision::Int8: "int8(<target>)", the dispatch target of the panel kernels and their
 // extension if any, e.g. "int8(NEON+dotprod)" (ops/int8_kernels.h; clef info).
 std::string int8_plan_string();
 
 // Best GOP/s (two per multiply-add) of the int8 panel kernel (bits 0: signed panels; 4: 4-bit level panels),
-// over `iters` runs of 16 x 64 x 1024 x 64 on each of num_threads() threads at once, with every thread's
-// operands in its core's cache: the yardstick of Precision::Int8 (clef bench: the faster of the two), the
-// most this machine's int8 path can do.
+// over `iters` runs of 32 products of 64 x 512 by 512 x 64 on each of num_threads() threads at once, with
+// every thread's operands in its core's L1 cache: the yardstick of Precision::Int8 (clef bench: the faster
+// of the two), the most this machine's int8 path can do.
 double int8_kernel_gops(int iters, int bits = 0);
 
 }  // namespace clef::ops
