@@ -13,10 +13,12 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ops/attention_fast.h"
 #include "ops/basic.h"
+#include "ops/conv.h"
 #include "ops/delta_rule.h"
 #include "ops/gemm.h"
 #include "ops/quant_blocks.h"
@@ -126,6 +128,30 @@ TEST(FusedOps, ElementwiseMatchScalar) {
             std::vector<float> g = a;
             ops::silu_mul_fast(g.data(), b.data(), n, g.data());
             EXPECT_EQ(g, f);
+        }
+    });
+}
+
+// The fast causal conv: the same tap sums (vectorised over channels), silu through exp_poly: within the
+// silu_mul bound of the reference, with and without carried state (the state it leaves equal, bit for bit).
+TEST(FusedOps, CausalConvSiluMatchesScalar) {
+    std::mt19937 rng(3);
+    on_every_target(KernelFamily::Elementwise, [&] {
+        for (const auto& [T, C, K] :
+             {std::tuple<int64_t, int64_t, int>{1, 1, 1}, {5, 19, 4}, {70, 260, 4}, {9, 33, 3}}) {
+            const auto x = randn(T * C, rng, 2.f), w = randn(C * K, rng, 1.f);
+            const auto state0 = randn((K - 1) * C, rng, 2.f);
+            for (const bool carried : {false, true}) {
+                SCOPED_TRACE(::testing::Message()
+                             << T << "x" << C << " K " << K << (carried ? " state" : ""));
+                std::vector<float> r(T * C), f(T * C), sr = state0, sf = state0;
+                ops::causal_conv1d_silu(x.data(), T, C, C, w.data(), K, carried ? sr.data() : nullptr,
+                                        sr.data(), r.data(), C);
+                ops::causal_conv1d_silu_fast(x.data(), T, C, C, w.data(), K, carried ? sf.data() : nullptr,
+                                             sf.data(), f.data(), C);
+                EXPECT_LT(max_rel(f, r), 1e-6);
+                EXPECT_EQ(sf, sr);
+            }
         }
     });
 }

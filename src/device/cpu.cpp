@@ -138,8 +138,12 @@ public:
     void sigmoid_mul(Span x, Span gate, Span out) override {
         ops::sigmoid_mul(x.f32(), gate.f32(), out.n, out.f32());
     }
+    // The exact default keeps the reference's bits (libm's exp); the opt-in faster precisions take the
+    // vectorised form.
     void conv1d_silu(Span x, int64_t T, int64_t C, Span w, int K, Span state, Span y) override {
-        ops::causal_conv1d_silu(x.f32(), T, C, C, w.f32(), K, state.f32(), state.f32(), y.f32(), C);
+        const bool fast = !opt_.reference && opt_.precision != ops::Precision::Exact;
+        (fast ? ops::causal_conv1d_silu_fast : ops::causal_conv1d_silu)(x.f32(), T, C, C, w.f32(), K,
+                                                                        state.f32(), state.f32(), y.f32(), C);
     }
     void l2_norm_heads(Span x, int64_t x_ld, int64_t T, int heads, int d, float eps, float scale,
                        Span y) override {

@@ -13,5 +13,10 @@ namespace clef::ops {
 //   alias state. y ([T][C], row stride y_stride) must not alias x or state.
 void causal_conv1d_silu(const float* x, int64_t T, int64_t C, int64_t x_stride, const float* w, int K,
                         const float* state, float* new_state, float* y, int64_t y_stride);
+// The same with the taps vectorised over channels (the same sums, bit for bit) and silu through exp_poly
+// (ops/basic.h, 2 ulp of exp): what the opt-in faster precisions run (device/cpu.cpp);
+// tests/test_ops_fast.cpp holds it to the reference.
+void causal_conv1d_silu_fast(const float* x, int64_t T, int64_t C, int64_t x_stride, const float* w, int K,
+                             const float* state, float* new_state, float* y, int64_t y_stride);
 
 }  // namespace clef::ops

@@ -34,6 +34,21 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
     for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.f + exp_poly(-gate[i])) * up[i];
 }
 
+void ConvSiluRow(const float* const* x, const float* wt, int K, int64_t C, float* y) {
+    note();
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) y[c] = 0.f;
+    for (int j = 0; j < K; ++j) {
+        if (!x[j]) continue;
+        const float* xr = x[j];
+        const float* wr = wt + j * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) y[c] += wr[c] * xr[c];
+    }
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) y[c] = y[c] / (1.f + exp_poly(-y[c]));
+}
+
 // gelu_tanh(x) = 0.5·x·(1 + tanh(u)) = x·sigmoid(2u) = x / (1 + exp(-2u)), u = sqrt(2/π)·(x + 0.044715·x³);
 // the exponent is capped where the result is 0 anyway.
 void GeluTanh(float* x, int64_t n) {
@@ -118,6 +133,7 @@ namespace clef::ops::simd {
 
 HWY_EXPORT(SigmoidMul);
 HWY_EXPORT(SiluMul);
+HWY_EXPORT(ConvSiluRow);
 HWY_EXPORT(GeluTanh);
 HWY_EXPORT(SumSq);
 HWY_EXPORT(NormRow);
@@ -129,6 +145,9 @@ void sigmoid_mul_span(const float* x, const float* gate, int64_t n, float* out) 
 }
 void silu_mul_span(const float* gate, const float* up, int64_t n, float* out) {
     HWY_DYNAMIC_DISPATCH(SiluMul)(gate, up, n, out);
+}
+void conv_silu_row(const float* const* x, const float* wt, int K, int64_t C, float* y) {
+    HWY_DYNAMIC_DISPATCH(ConvSiluRow)(x, wt, K, C, y);
 }
 void gelu_tanh_span(float* x, int64_t n) {
     HWY_DYNAMIC_DISPATCH(GeluTanh)(x, n);
