@@ -634,10 +634,10 @@ TEST(Int8Panel, MatchesIntegerSumsAndSameBitsOnEveryTarget) {
 TEST(Int8Linear, WithinTheQuantisationBoundPackedStreamedAndThreaded) {
     std::mt19937 rng(47);
     // m x n x k (plain variables: clang 14 cannot capture structured bindings in the lambdas below).
-    // The last: tasks of 256 columns narrowing to 64 and a short last one, k over three slices of 64 blocks
-    // (ops/int8_gemm.cpp).
-    const int64_t shapes[][3] = {{1, 1, 1},     {3, 9, 33},     {7, 70, 100},   {13, 130, 256},
-                                 {5, 64, 1000}, {19, 97, 1030}, {9, 1105, 4200}};
+    // The last two: tasks of 256 columns narrowing to 64 and a short last one; k in more than one slice on
+    // any L2 (at most 1,024 blocks a slice: ops/int8_gemm.cpp).
+    const int64_t shapes[][3] = {{1, 1, 1},     {3, 9, 33},     {7, 70, 100},    {13, 130, 256},
+                                 {5, 64, 1000}, {19, 97, 1030}, {9, 1105, 4200}, {3, 40, 40000}};
     for (const auto& shape : shapes) {
         const int64_t m = shape[0], n = shape[1], k = shape[2];
         SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k);

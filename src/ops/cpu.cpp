@@ -7,6 +7,7 @@
 #include <dnnl.hpp>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
@@ -17,6 +18,7 @@
 
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
+#include <unistd.h>
 #ifndef HWCAP_ASIMDDP
 #define HWCAP_ASIMDDP (1 << 20)
 #endif
@@ -148,6 +150,7 @@ CpuFeatures detect() {
     const unsigned hc = std::thread::hardware_concurrency();
     f.logical_cpus = hc > 0 ? static_cast<int>(hc) : 1;
     f.physical_cores = count_physical_cores(f.logical_cpus);
+    f.l2_bytes = std::max<int64_t>(0, sysconf(_SC_LEVEL2_CACHE_SIZE));
     apply_cap(f);
     return f;
 }

@@ -12,6 +12,7 @@
 // architecture's name) means native.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace clef::ops {
@@ -35,6 +36,7 @@ struct CpuFeatures {
     std::string isa_cap = "native";  // CLEF_MAX_ISA as applied
     int logical_cpus = 1;    // online logical CPUs
     int physical_cores = 1;  // distinct (package, core) pairs; logical_cpus when the topology is unknown
+    int64_t l2_bytes = 0;    // one core's L2 cache (sysconf _SC_LEVEL2_CACHE_SIZE); 0 when not reported
 
     // The own AVX-512 kernels need f, bw, vl, dq (and f16c/fma, implied on every AVX-512 CPU).
     bool has_avx512() const { return avx512f && avx512bw && avx512vl && avx512dq && fma && f16c; }

@@ -30,9 +30,14 @@ namespace {
 // for the last (docs/PERFORMANCE.md, int8 in situ).
 constexpr int64_t kColBlock = 16 * kI8Cols;
 constexpr int64_t kMinCols = 4 * kI8Cols;
-// Blocks of k per kernel call: a tile's weights over them (kI8TileCols x 2,048 levels + scales, 72 KiB) come
-// from the L2 cache while every row of the activations passes; y is read and written once per slice.
-constexpr int64_t kKBlocks = 64;
+// Blocks of k per kernel call at most: a tile's weights over them come from the L2 cache while every row of
+// the activations passes, so they take at most half of it (1 MiB: 455 signed blocks, whole k for Clef-Flash's
+// projections; y is then written once); 64 where the L2 is not reported.
+int64_t max_slice_blocks(int64_t block_bytes) {
+    const int64_t l2 = cpu_features().l2_bytes;
+    const int64_t tile_block = kI8TileCols / kI8Cols * block_bytes;  // a tile's bytes per block
+    return l2 > 0 ? std::clamp<int64_t>(l2 / 2 / tile_block, 16, 1024) : 64;
+}
 // The yardstick's shape (int8_kernel_gops): 64 rows against 4 panels over 16 blocks, every operand in the L1
 // cache.
 constexpr int64_t kYardRows = 64, kYardCols = 4 * kI8Cols, kYardBlocks = 16;
@@ -263,8 +268,15 @@ std::pair<int64_t, int64_t> next_columns(std::atomic<int64_t>& next, int64_t n, 
 
 // y[m][c0 + j] for j < nc (<= kColBlock) from the column block's panels (panel_bytes apart): per slice of
 // kb blocks, per tile of kI8TileCols columns, every row in groups of kI8Rows (bits: 0 signed panels).
+// slice_blocks: kb for nb blocks, the slices as even as max_slice_blocks allows.
+int64_t slice_blocks(int64_t nb, int bits) {
+    const int64_t most = max_slice_blocks(bits ? kU8PanelBlockBytes : kI8PanelBlockBytes);
+    const int64_t slices = (nb + most - 1) / most;
+    return (nb + slices - 1) / slices;
+}
+
 void column_block(const Activations& a, int64_t m, const unsigned char* panels, int64_t panel_bytes, int bits,
-                  int64_t nc, float* y, int64_t ldy, bool reference, int64_t kb = kKBlocks) {
+                  int64_t nc, float* y, int64_t ldy, bool reference, int64_t kb) {
     const int64_t bb = bits ? kU8PanelBlockBytes : kI8PanelBlockBytes;
     for (int64_t kb0 = 0; kb0 < a.nb; kb0 += kb)
         for (int64_t j = 0; j < nc; j += kI8TileCols) {
@@ -300,6 +312,7 @@ void Int8Linear::forward(const float* x, int64_t m, float* y, const float* bias,
 #pragma omp parallel for schedule(static) if (m * k > (1 << 15))
     for (int64_t i = 0; i < m; ++i) quantize_acts(x + i * k, k, a.p.get() + i * a.ld, p.bits != 0);
     std::atomic<int64_t> next{0};
+    const int64_t kb = slice_blocks(nb, p.bits);
 #pragma omp parallel if (m * n * k > (1 << 18))
     {
         Impl::Scratch sc;
@@ -314,7 +327,7 @@ void Int8Linear::forward(const float* x, int64_t m, float* y, const float* bias,
             // A packed layer's own panels (no offset on its empty buffer when streamed: UBSan).
             const unsigned char* panels =
                 p.streamed() ? own.data() : p.packed.data() + (c0 / kI8Cols) * p.panel_bytes();
-            column_block(a, m, panels, p.panel_bytes(), p.bits, nc, y + c0, n, reference);
+            column_block(a, m, panels, p.panel_bytes(), p.bits, nc, y + c0, n, reference, kb);
         }
     }
     if (!bias) return;
