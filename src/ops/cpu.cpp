@@ -16,9 +16,10 @@
 #include <thread>
 #include <utility>
 
+#include <unistd.h>
+
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
-#include <unistd.h>
 #ifndef HWCAP_ASIMDDP
 #define HWCAP_ASIMDDP (1 << 20)
 #endif
