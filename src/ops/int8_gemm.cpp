@@ -25,6 +25,11 @@ using i8::kU8PanelBlockBytes;
 
 namespace {
 
+// Bytes per block of k of one panel: level panels (a scale and an offset per column) or signed ones.
+constexpr int64_t panel_block_bytes(bool levels) {
+    return levels ? kU8PanelBlockBytes : kI8PanelBlockBytes;
+}
+
 // Output columns per task at most (one streamed decode): a slice of the activations passes from the L2 cache
 // once for this many columns. Tasks narrow to kMinCols as the columns run out, so that no thread waits long
 // for the last (docs/PERFORMANCE.md, int8 in situ).
@@ -101,7 +106,7 @@ struct Int8Linear::Impl {
     Providers src;                      // streamed: the provider, read on every forward
     std::vector<unsigned char> packed;  // all panels, column block after column block (packed only)
 
-    int64_t block_bytes() const { return bits ? kU8PanelBlockBytes : kI8PanelBlockBytes; }
+    int64_t block_bytes() const { return panel_block_bytes(bits != 0); }
     int64_t panel_bytes() const { return nb * block_bytes(); }
     bool streamed() const { return src.any(); }
     // One thread's scratch for one column block.
@@ -158,8 +163,7 @@ struct Int8Linear::Impl {
 
 uint64_t int8_packed_bytes(int64_t n, int64_t k, bool levels) {
     const int64_t nb = (k + kI8Block - 1) / kI8Block;
-    return static_cast<uint64_t>((n + kI8Cols - 1) / kI8Cols * nb *
-                                 (levels ? kU8PanelBlockBytes : kI8PanelBlockBytes));
+    return static_cast<uint64_t>((n + kI8Cols - 1) / kI8Cols * nb * panel_block_bytes(levels));
 }
 
 uint64_t int8_stream_scratch_bytes(int64_t k) {
@@ -270,14 +274,14 @@ std::pair<int64_t, int64_t> next_columns(std::atomic<int64_t>& next, int64_t n, 
 // kb blocks, per tile of kI8TileCols columns, every row in groups of kI8Rows (bits: 0 signed panels).
 // slice_blocks: kb for nb blocks, the slices as even as max_slice_blocks allows.
 int64_t slice_blocks(int64_t nb, int bits) {
-    const int64_t most = max_slice_blocks(bits ? kU8PanelBlockBytes : kI8PanelBlockBytes);
+    const int64_t most = max_slice_blocks(panel_block_bytes(bits != 0));
     const int64_t slices = (nb + most - 1) / most;
     return (nb + slices - 1) / slices;
 }
 
 void column_block(const Activations& a, int64_t m, const unsigned char* panels, int64_t panel_bytes, int bits,
                   int64_t nc, float* y, int64_t ldy, bool reference, int64_t kb) {
-    const int64_t bb = bits ? kU8PanelBlockBytes : kI8PanelBlockBytes;
+    const int64_t bb = panel_block_bytes(bits != 0);
     for (int64_t kb0 = 0; kb0 < a.nb; kb0 += kb)
         for (int64_t j = 0; j < nc; j += kI8TileCols) {
             i8::I8Tile t;
