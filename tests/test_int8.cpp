@@ -85,8 +85,12 @@ TEST(Int8Levels, ReproduceTheDequantisedValuesExactly) {
             m.row_f32(r, want.data());
             ASSERT_TRUE(matrix_row_levels(m, r, u.data(), D.data(), O.data()));
             for (int64_t c = 0; c < cols; ++c) {
-                ASSERT_LT(u[c], 1 << bits);
-                const float got = static_cast<float>(double(D[c / 32]) * u[c] + double(O[c / 32]));
+                // 4 bits: two levels per byte, c and c + 16 of a block together (ops::level_row_bytes).
+                const int level = bits == 5     ? u[c]
+                                  : c % 32 < 16 ? u[c / 32 * 16 + c % 16] % 16
+                                                : u[c / 32 * 16 + c % 16] / 16;
+                ASSERT_LT(level, 1 << bits);
+                const float got = static_cast<float>(double(D[c / 32]) * level + double(O[c / 32]));
                 ASSERT_EQ(got, want[c]) << "row " << r << " col " << c;
             }
         }
@@ -150,14 +154,15 @@ TEST(Int8Levels, LinearWithinTheActivationBound) {
         qm.data = q.data();
         qm.rows = n;
         qm.cols = k;
+        const int bits = affine_level_bits(t);
         const ops::LevelProvider levels = [&](int64_t r0, int64_t nr, uint8_t* u, float* D, float* O) {
             for (int64_t i = 0; i < nr; ++i)
-                row_levels(t, q.data() + (r0 + i) * rb, k, u + i * k, D + i * nb, O + i * nb);
+                row_levels(t, q.data() + (r0 + i) * rb, k, u + i * ops::level_row_bytes(bits, k), D + i * nb,
+                           O + i * nb);
         };
         const ops::Int8Provider int8 = [&](int64_t r0, int64_t nr, int8_t* lv, float* s) {
             for (int64_t i = 0; i < nr; ++i) ASSERT_TRUE(matrix_row_int8(qm, r0 + i, lv + i * k, s + i * nb));
         };
-        const int bits = affine_level_bits(t);
         const ops::Int8Linear packed =
             bits ? ops::Int8Linear(levels, bits, n, k, false) : ops::Int8Linear(int8, n, k, false);
         const ops::Int8Linear streamed =
@@ -280,6 +285,26 @@ TEST(Int8Decision, Q8_0BlocksArePackedAtLoadAndPlannedSo) {
             EXPECT_GT(plan.weights.packed, 0u);
         }
     }
+}
+
+// Unpacked under int8, the Q4_K_M file's Q4_K matrices become nibble panels (0.75 bytes per weight), its Q6_K
+// ones signed panels (1.125): the memory plan counts what the layers hold, and the nibble panels hold less
+// than the same weights as 5-bit level panels would.
+TEST(Int8Decision, UnpackedQ4KmIsPlannedAsTheLayersHoldIt) {
+    const std::string file = clef::testing::small_gguf(work_dir(), "q4_k_m");
+    LoadOptions o;
+    o.precision = ops::Precision::Int8;
+    o.unpack_quantised = true;
+    const std::unique_ptr<Engine> e = Engine::load(file, "", o);
+    EXPECT_FALSE(e->backbone().streams_weights());
+    clef::MemoryPlanInput in;
+    in.tokens = 100;
+    in.backbone.precision = ops::Precision::Int8;
+    in.unpack_quantised = true;
+    const clef::MemoryPlan plan = clef::compute_memory_plan(file, "", in);
+    EXPECT_FALSE(plan.weights.streamed);
+    EXPECT_EQ(plan.weights.packed, e->backbone().packed_weight_bytes());
+    EXPECT_EQ(ops::int8_packed_bytes(16, 256, 4) * 5, ops::int8_packed_bytes(16, 256, 5) * 3);
 }
 
 }  // namespace

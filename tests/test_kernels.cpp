@@ -693,12 +693,19 @@ TEST(Int8Linear, WithinTheQuantisationBoundPackedStreamedAndThreaded) {
     }
 }
 
-// Level panels (4- and 5-bit unsigned levels with a scale and an offset per 32 values): the twin against
-// exact integer sums scaled in double, and every target bit for bit against the twin, at levels up to the
-// bound that the AVX2 kernels' 16-bit pair sums were sized for (all 15 or all 31 against activations of
-// +-127), one or two panels, starting from 0 or adding to y.
+// Level t of column c in a level panel's block pb (ops/int8_kernels.h: 5-bit levels one per byte in steps of
+// four, 4-bit ones two per byte, t and t + 16 together).
+int panel_level(const unsigned char* pb, int t, int c, int bits) {
+    if (bits == 5) return pb[(t / 4) * kI8Cols * 4 + c * 4 + t % 4];
+    const int byte = pb[(t % 16 / 4) * kI8Cols * 4 + c * 4 + t % 4];
+    return t < 16 ? byte % 16 : byte / 16;
+}
+
+// Level panels (4-bit nibble panels and 5-bit level panels, unsigned levels with a scale and an offset per 32
+// values): the twin against exact integer sums scaled in double, and every target bit for bit against the
+// twin, at levels up to the bound that the AVX2 kernels' 16-bit pair sums were sized for (all 15 or all 31
+// against activations of +-127), one or two panels, starting from 0 or adding to y.
 TEST(Int8Panel, LevelPanelsMatchIntegerSumsAndSameBitsOnEveryTarget) {
-    using ops::i8::kU8PanelBlockBytes;
     std::mt19937 rng(53);
     for (int bits : {4, 5})
         for (int64_t nb : {1, 3, 16})
@@ -709,17 +716,21 @@ TEST(Int8Panel, LevelPanelsMatchIntegerSumsAndSameBitsOnEveryTarget) {
                                      << bits << " bits, " << nb << " blocks, " << rows << " rows, " << ncols
                                      << " cols" << (accumulate ? ", accumulate" : ""));
                         const int umax = (1 << bits) - 1;
-                        std::uniform_int_distribution<int> level(0, umax), q(-127, 127);
+                        // A level byte: one level, or (4 bits) two.
+                        const int byte_max = bits == 4 ? 255 : umax;
+                        std::uniform_int_distribution<int> level(0, byte_max), q(-127, 127);
                         const int npanels = (ncols + kI8Cols - 1) / kI8Cols;
-                        const int64_t stride = nb * kU8PanelBlockBytes + 64;
+                        const int64_t block_bytes = ops::i8::panel_block_bytes(bits),
+                                      level_bytes = ops::i8::panel_level_bytes(bits);
+                        const int64_t stride = nb * block_bytes + 64;
                         std::vector<unsigned char> panels(static_cast<size_t>(npanels * stride), 0xee);
                         for (int p = 0; p < npanels; ++p)
                             for (int64_t b = 0; b < nb; ++b) {
-                                unsigned char* pb = panels.data() + p * stride + b * kU8PanelBlockBytes;
-                                for (int t = 0; t < kI8Block * kI8Cols; ++t)
-                                    pb[t] = static_cast<unsigned char>(b == 0 ? umax : level(rng));
+                                unsigned char* pb = panels.data() + p * stride + b * block_bytes;
+                                for (int t = 0; t < level_bytes; ++t)
+                                    pb[t] = static_cast<unsigned char>(b == 0 ? byte_max : level(rng));
                                 const std::vector<float> d = normal(2 * kI8Cols, rng, 0.01f);
-                                std::memcpy(pb + kI8Block * kI8Cols, d.data(), d.size() * 4);
+                                std::memcpy(pb + level_bytes, d.data(), d.size() * 4);
                             }
                         // Row 0's first block all +127 and row 1's all -127 against block 0's all-umax
                         // levels: the widest 16-bit pair sums.
@@ -746,17 +757,17 @@ TEST(Int8Panel, LevelPanelsMatchIntegerSumsAndSameBitsOnEveryTarget) {
                                 double y = accumulate ? init[r * ldy + c] : 0.0, mag = std::fabs(y);
                                 for (int64_t b = 0; b < nb; ++b) {
                                     const unsigned char* pb =
-                                        panels.data() + (c / kI8Cols) * stride + b * kU8PanelBlockBytes;
+                                        panels.data() + (c / kI8Cols) * stride + b * block_bytes;
                                     const int cc = c % kI8Cols;
                                     int64_t sum = 0, xsum = 0;
                                     for (int t = 0; t < kI8Block; ++t) {
                                         const int64_t xv = levels[(r * nb + b) * kI8Block + t];
-                                        sum += xv * pb[(t / 4) * kI8Cols * 4 + cc * 4 + t % 4];
+                                        sum += xv * panel_level(pb, t, cc, bits);
                                         xsum += xv;
                                     }
                                     float d, o;
-                                    std::memcpy(&d, pb + kI8Block * kI8Cols + cc * 4, 4);
-                                    std::memcpy(&o, pb + kI8Block * kI8Cols + kI8Cols * 4 + cc * 4, 4);
+                                    std::memcpy(&d, pb + level_bytes + cc * 4, 4);
+                                    std::memcpy(&o, pb + level_bytes + kI8Cols * 4 + cc * 4, 4);
                                     const double t1 = double(sum) * d * scales[r * nb + b],
                                                  t2 = double(xsum) * o * scales[r * nb + b];
                                     y += t1 + t2;

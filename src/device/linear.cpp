@@ -115,9 +115,10 @@ Linear::Linear(const QuantMatrix& q, LinearPath path, ops::Residency residency, 
         if (has_levels(m))
             int8_ = ops::Int8Linear(
                 [&m](int64_t r0, int64_t n, uint8_t* lu, float* ld, float* lo) {
-                    const int64_t nb = m.cols / 32;
+                    const int64_t nb = m.cols / 32,
+                                  bytes = ops::level_row_bytes(affine_level_bits(m.type), m.cols);
                     for (int64_t i = 0; i < n; ++i)
-                        matrix_row_levels(m, r0 + i, lu + i * m.cols, ld + i * nb, lo + i * nb);
+                        matrix_row_levels(m, r0 + i, lu + i * bytes, ld + i * nb, lo + i * nb);
                 },
                 affine_level_bits(m.type), out_, in_, streamed);
         else if (has_int8_levels(m))  // packed whatever the residency: the panels are the file's bytes

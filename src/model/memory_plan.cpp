@@ -61,8 +61,8 @@ void add_int8_matrix(WeightMemory& w, const TensorSpec& s, const StoredTensor& s
         w.stream_buffer = std::max(w.stream_buffer, ops::int8_stream_scratch_bytes(cols));
         return;
     }
-    const bool levels = st.kind == Kind::Blocks && !st.int8_blocks;  // level panels: a scale and an offset
-    w.packed += ops::int8_packed_bytes(rows, cols, levels);
+    // Affine levels in their own panel kind; everything else (Q8_0 as it is, other types requantised) signed.
+    w.packed += ops::int8_packed_bytes(rows, cols, st.kind == Kind::Blocks ? st.level_bits : 0);
     if (st.kind == Kind::F64) w.packed += u(rows * cols) * kF32;
 }
 

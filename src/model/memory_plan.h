@@ -24,6 +24,9 @@ struct StoredTensor {
     // int8 levels (quant/levels.h int8_level_type, Q8_0): Precision::Int8 packs them at load as they are
     // (device/linear.cpp), not streamed.
     bool int8_blocks = false;
+    // Affine levels of this many bits (quant/levels.h affine_level_bits: 4 or 5), else 0: the int8 panel kind
+    // Precision::Int8 packs them into (ops/int8_gemm.h int8_packed_bytes).
+    int level_bits = 0;
 };
 // The stored form of a table entry (model/tensors.h), or nothing when the files do not hold it.
 using StoredTensorFn = std::function<std::optional<StoredTensor>(const TensorSpec&)>;

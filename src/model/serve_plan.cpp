@@ -115,7 +115,7 @@ StoredTensor stored_ggml(uint32_t type, uint64_t bytes) {
                    : t == GgmlType::BF16                 ? K::BF16
                    : t == GgmlType::F16                  ? K::F16
                                                          : K::F32;
-    return StoredTensor{kind, bytes, true, int8_level_type(t)};
+    return StoredTensor{kind, bytes, true, int8_level_type(t), affine_level_bits(t)};
 }
 
 std::string checkpoint_text_prefix(const Checkpoint& ck) {

@@ -21,14 +21,9 @@ using i8::kI8Cols;
 using i8::kI8PanelBlockBytes;
 using i8::kI8Rows;
 using i8::kI8TileCols;
-using i8::kU8PanelBlockBytes;
+using i8::panel_block_bytes;
 
 namespace {
-
-// Bytes per block of k of one panel: level panels (a scale and an offset per column) or signed ones.
-constexpr int64_t panel_block_bytes(bool levels) {
-    return levels ? kU8PanelBlockBytes : kI8PanelBlockBytes;
-}
 
 // Output columns per task at most (one streamed decode): a slice of the activations passes from the L2 cache
 // once for this many columns. Tasks narrow to kMinCols as the columns run out, so that no thread waits long
@@ -50,22 +45,24 @@ constexpr int64_t kYardRows = 64, kYardCols = 4 * kI8Cols, kYardBlocks = 16;
 using QuantizeFn = void (*)(const float*, int64_t, int8_t*, float*);
 using QuantizeActsFn = void (*)(const float*, int64_t, unsigned char*, bool);
 
-// Scatters one weight row (column c of its panel) into the panel layout: block b's kI8Block levels lv (each
-// byte xor 0x80 with `bias`: w + kI8Bias for int8 levels w) as kI8Block / 4 steps of 4, then one fp32 per
+// Scatters one weight row (column c of its panel) into the panel layout of a kind (bits, ops/int8_kernels.h):
+// block b's level bytes lv (kI8Block of them, or kI8Block / 2 of nibble pairs: level_row_bytes; each byte xor
+// 0x80 for signed panels: w + kI8Bias for int8 levels w) four at a time, 64 bytes apart, then one fp32 per
 // array in f (f[a][b]) after the levels, kI8Cols floats apart.
-void scatter_row(const void* lv, bool bias, std::initializer_list<const float*> f, int64_t nb,
-                 int64_t block_bytes, int64_t c, unsigned char* panel) {
+void scatter_row(const void* lv, int bits, std::initializer_list<const float*> f, int64_t nb, int64_t c,
+                 unsigned char* panel) {
     const auto* l = static_cast<const unsigned char*>(lv);
-    const uint32_t flip = bias ? 0x80808080u : 0u;
+    const uint32_t flip = bits == 0 ? 0x80808080u : 0u;
+    const int64_t block_bytes = panel_block_bytes(bits), row_bytes = level_row_bytes(bits, kI8Block);
     for (int64_t b = 0; b < nb; ++b) {
         unsigned char* pb = panel + b * block_bytes;
-        for (int st = 0; st < kI8Block / 4; ++st) {
+        for (int64_t st = 0; st < row_bytes / 4; ++st) {
             uint32_t four;
-            std::memcpy(&four, l + b * kI8Block + st * 4, 4);
+            std::memcpy(&four, l + b * row_bytes + st * 4, 4);
             four ^= flip;
             std::memcpy(pb + st * kI8Cols * 4 + c * 4, &four, 4);
         }
-        int64_t at = kI8Block * kI8Cols;
+        int64_t at = i8::panel_level_bytes(bits);
         for (const float* a : f) {
             std::memcpy(pb + at + c * 4, a + b, 4);
             at += kI8Cols * 4;
@@ -78,16 +75,18 @@ void scatter_row(const void* lv, bool bias, std::initializer_list<const float*> 
 // scale).
 void pack_int8(const int8_t* q, const float* s, int64_t nr, int64_t nb, unsigned char* panels) {
     for (int64_t j = 0; j < nr; ++j)
-        scatter_row(q + j * nb * kI8Block, true, {s + j * nb}, nb, kI8PanelBlockBytes, j % kI8Cols,
+        scatter_row(q + j * nb * kI8Block, 0, {s + j * nb}, nb, j % kI8Cols,
                     panels + (j / kI8Cols) * nb * kI8PanelBlockBytes);
 }
 
-// The same for nr rows of levels u [nr][nb * kI8Block] with D and O [nr][nb] (level panels, no bias).
-void pack_levels(const uint8_t* u, const float* D, const float* O, int64_t nr, int64_t nb,
+// The same for nr rows of `bits` levels u [nr][level_row_bytes(bits, nb * kI8Block)] with D and O [nr][nb]
+// (nibble or level panels, no bias).
+void pack_levels(const uint8_t* u, int bits, const float* D, const float* O, int64_t nr, int64_t nb,
                  unsigned char* panels) {
+    const int64_t row_bytes = level_row_bytes(bits, nb * kI8Block);
     for (int64_t j = 0; j < nr; ++j)
-        scatter_row(u + j * nb * kI8Block, false, {D + j * nb, O + j * nb}, nb, kU8PanelBlockBytes,
-                    j % kI8Cols, panels + (j / kI8Cols) * nb * kU8PanelBlockBytes);
+        scatter_row(u + j * row_bytes, bits, {D + j * nb, O + j * nb}, nb, j % kI8Cols,
+                    panels + (j / kI8Cols) * nb * panel_block_bytes(bits));
 }
 
 }  // namespace
@@ -106,7 +105,7 @@ struct Int8Linear::Impl {
     Providers src;                      // streamed: the provider, read on every forward
     std::vector<unsigned char> packed;  // all panels, column block after column block (packed only)
 
-    int64_t block_bytes() const { return panel_block_bytes(bits != 0); }
+    int64_t block_bytes() const { return panel_block_bytes(bits); }
     int64_t panel_bytes() const { return nb * block_bytes(); }
     bool streamed() const { return src.any(); }
     // One thread's scratch for one column block.
@@ -130,10 +129,10 @@ struct Int8Linear::Impl {
                      unsigned char* panels, QuantizeFn quantize) const {
         sc.s.resize(static_cast<size_t>(kMinCols * nb));
         if (pv.levels) {
-            sc.u.resize(static_cast<size_t>(kMinCols * kp));
+            sc.u.resize(static_cast<size_t>(kMinCols * level_row_bytes(bits, kp)));
             sc.o.resize(sc.s.size());
             pv.levels(r0, nr, sc.u.data(), sc.s.data(), sc.o.data());
-            return pack_levels(sc.u.data(), sc.s.data(), sc.o.data(), nr, nb, panels);
+            return pack_levels(sc.u.data(), bits, sc.s.data(), sc.o.data(), nr, nb, panels);
         }
         sc.q.resize(static_cast<size_t>(kMinCols * kp));
         if (pv.int8) {
@@ -148,7 +147,7 @@ struct Int8Linear::Impl {
     }
     // Packs every column once (a packed layer): whole panels, the last one zero-padded.
     void pack_all(const Providers& pv, int64_t n, int64_t k) {
-        packed.assign(static_cast<size_t>(int8_packed_bytes(n, k, bits != 0)), 0);
+        packed.assign(static_cast<size_t>(int8_packed_bytes(n, k, bits)), 0);
         Scratch sc;
         decode(pv, 0, n, k, sc, packed.data(), i8::quantize_row);
     }
@@ -161,16 +160,17 @@ struct Int8Linear::Impl {
     }
 };
 
-uint64_t int8_packed_bytes(int64_t n, int64_t k, bool levels) {
+uint64_t int8_packed_bytes(int64_t n, int64_t k, int bits) {
     const int64_t nb = (k + kI8Block - 1) / kI8Block;
-    return static_cast<uint64_t>((n + kI8Cols - 1) / kI8Cols * nb * panel_block_bytes(levels));
+    return static_cast<uint64_t>((n + kI8Cols - 1) / kI8Cols * nb * panel_block_bytes(bits));
 }
 
 uint64_t int8_stream_scratch_bytes(int64_t k) {
     const int64_t nb = (k + kI8Block - 1) / kI8Block, kp = nb * kI8Block;
-    // Impl::Scratch for kMinCols rows: fp32 rows, their levels, two fp32 per block; one task's level panels.
+    // Impl::Scratch for kMinCols rows: fp32 rows, their levels, two fp32 per block; one task's panels (the
+    // largest kind).
     const int64_t rows = kMinCols * (k * 4 + kp + nb * 8);
-    return static_cast<uint64_t>(rows) + int8_packed_bytes(kColBlock, k, true);
+    return static_cast<uint64_t>(rows) + int8_packed_bytes(kColBlock, k, 5);
 }
 
 Int8Linear::Int8Linear() = default;
@@ -274,14 +274,14 @@ std::pair<int64_t, int64_t> next_columns(std::atomic<int64_t>& next, int64_t n, 
 // kb blocks, per tile of kI8TileCols columns, every row in groups of kI8Rows (bits: 0 signed panels).
 // slice_blocks: kb for nb blocks, the slices as even as max_slice_blocks allows.
 int64_t slice_blocks(int64_t nb, int bits) {
-    const int64_t most = max_slice_blocks(panel_block_bytes(bits != 0));
+    const int64_t most = max_slice_blocks(panel_block_bytes(bits));
     const int64_t slices = (nb + most - 1) / most;
     return (nb + slices - 1) / slices;
 }
 
 void column_block(const Activations& a, int64_t m, const unsigned char* panels, int64_t panel_bytes, int bits,
                   int64_t nc, float* y, int64_t ldy, bool reference, int64_t kb) {
-    const int64_t bb = panel_block_bytes(bits != 0);
+    const int64_t bb = panel_block_bytes(bits);
     for (int64_t kb0 = 0; kb0 < a.nb; kb0 += kb)
         for (int64_t j = 0; j < nc; j += kI8TileCols) {
             i8::I8Tile t;
@@ -351,7 +351,9 @@ double int8_kernel_gops(int iters, int bits) {
     Int8Linear::Providers pv;
     if (bits)
         pv.levels = [&](int64_t r0, int64_t nr, uint8_t* u, float* D, float* O) {
-            for (int64_t i = 0; i < nr * k; ++i) u[i] = static_cast<uint8_t>((r0 * k + i) % (1 << bits));
+            const int64_t row_bytes = level_row_bytes(bits, k);  // nibble pairs: any byte
+            for (int64_t i = 0; i < nr * row_bytes; ++i)
+                u[i] = static_cast<uint8_t>((r0 * row_bytes + i) % (bits == 4 ? 256 : 1 << bits));
             for (int64_t i = 0; i < nr * nb; ++i) D[i] = 0.01f, O[i] = -0.08f;
         };
     else

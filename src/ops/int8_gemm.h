@@ -19,7 +19,8 @@
 //   |y - x.w| <= sum over t of (|x_t| e_w,t + |w_t| e_x,t + e_x,t e_w,t) + fp32 rounding of the block sums,
 // with e_x,t = s_x / 2 and e_w,t = s_w / 2 of t's blocks.
 //
-// Memory: Packed holds k_padded + 4 * k_padded / 32 bytes per row (1.125 bytes per weight; 1.25 with levels);
+// Memory: Packed holds k_padded + 4 * k_padded / 32 bytes per row (1.125 bytes per weight; 1.25 with 5-bit
+// levels, 0.75 with 4-bit ones: two per byte);
 // Streamed holds nothing between calls and, per calling thread during one, the rows it decodes at once
 // (fp32) and one task's panels (int8_packed_bytes, int8_stream_scratch_bytes).
 #pragma once
@@ -34,9 +35,15 @@ namespace clef::ops {
 // Fills fp32 rows [row0, row0 + nrows) of a [n][k] weight into out (nrows * k values, row-major). Called from
 // any thread when streamed.
 using RowProviderF32 = std::function<void(int64_t row0, int64_t nrows, float* out)>;
-// Fills rows [row0, row0 + nrows) of a [n][k] weight as levels u (nrows * k) and the per-32 D and O
-// (nrows * k / 32 each) with w = D * u + O. Called from any thread when streamed.
+// Fills rows [row0, row0 + nrows) of a [n][k] weight as levels u (nrows rows of level_row_bytes(bits, k)) and
+// the per-32 D and O (nrows * k / 32 each) with w = D * u + O. Called from any thread when streamed.
 using LevelProvider = std::function<void(int64_t row0, int64_t nrows, uint8_t* u, float* D, float* O)>;
+// Bytes of a row of k levels of `bits` bits: one per level (5 bits), or two levels per byte (4 bits; per
+// 32-value block 16 bytes, byte j holding level j in its low nibble and j + 16 in its high one: Q4_0's
+// layout).
+constexpr int64_t level_row_bytes(int bits, int64_t k) {
+    return bits == 4 ? k / 2 : k;
+}
 // Fills rows [row0, row0 + nrows) of a [n][k] weight as int8 levels q (nrows * k) and per-32 scales s
 // (nrows * k / 32) with w = s * q (Q8_0's blocks as they are: quant/levels.h). Called from any thread when
 // streamed.
@@ -78,9 +85,9 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
-// Bytes an Int8Linear of n rows of k holds packed (levels: level panels): whole panels of kI8Cols rows
-// (ops/int8_kernels.h).
-uint64_t int8_packed_bytes(int64_t n, int64_t k, bool levels);
+// Bytes an Int8Linear of n rows of k holds packed (bits: 0 signed panels, else levels of that many bits):
+// whole panels of kI8Cols rows (ops/int8_kernels.h).
+uint64_t int8_packed_bytes(int64_t n, int64_t k, int bits);
 // Bytes one calling thread holds during a forward of a streamed Int8Linear with rows of k: the rows it
 // decodes at once and the panels of one task.
 uint64_t int8_stream_scratch_bytes(int64_t k);

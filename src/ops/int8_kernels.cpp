@@ -16,6 +16,8 @@
 //            activations carrying w's sign (vpsignb; w = the panel's byte xor 0x80, |w| once per step for all
 //            rows), vpmaddwd widens the pairs into int32. Level panels (u < 32, unsigned as they are) add
 //            vpmaddubsw's 16-bit pair sums over several steps before widening (kGroup).
+// Nibble panels (4-bit levels, two steps per 64 bytes) take the same paths: each 64-byte load serves two
+// steps, its low nibbles (one vpand) and its high ones (vpsrlw by 4, vpand), once per step for all rows.
 // Every path adds the same exact products into int32 block sums: signed panels |w|, |x| <= 127 (the AVX2
 // pair sums at most 2 * 127 * 127 < 2^15, no saturation; vpdpbusd's four products per lane are added without
 // intermediate saturation, and (w + 128) * x sums minus 128 * sum x are w * x sums exactly, all within int32:
@@ -34,9 +36,9 @@
 // 64 bytes, columns 0-3 and 4-7 of the half panel), each activation row's 32 levels of a block are two
 // 16-byte loads and every step takes vdotq_laneq_s32 with the row's four levels of the step (one 32-bit lane)
 // into two int32x4 column sums, exact (32 * 127 * 127 < 2^31); signed panels' bytes xor 0x80 are w, level
-// panels' bytes (< 32) are valid signed int8 as they are. The block's fp32 steps are the twin's. These
-// functions are compiled once with a target attribute (Highway 1.0 has no dotprod target) and chosen at run
-// time; without the feature, and on other targets, the twin runs.
+// panels' bytes (< 32) are valid signed int8 as they are, nibble panels' nibbles (vand / vshr by 4) too. The
+// block's fp32 steps are the twin's. These functions are compiled once with a target attribute (Highway 1.0
+// has no dotprod target) and chosen at run time; without the feature, and on other targets, the twin runs.
 //
 // No i8mm (smmla) variant: smmla multiplies a 2x8 activation tile by an 8x2 weight tile, so it needs eight
 // consecutive k per column, two steps of this layout zipped together plus the activation rows zipped in
@@ -85,7 +87,7 @@ bool cpu_avx_vnni();
 #if HWY_ARCH_ARM_A64
 // The dotprod kernels (below, compiled once) and whether this CPU may run them under CLEF_MAX_ISA.
 bool dotprod_enabled();
-void panel_block_dotprod(const I8Rows& x, const I8Tile& t, bool levels);
+void panel_block_dotprod(const I8Rows& x, const I8Tile& t, int bits);  // bits: the panel kind
 #endif
 }  // namespace clef::ops::i8
 #endif
@@ -175,6 +177,10 @@ struct X256 {
     static CLEF_I8_INLINE I load(const unsigned char* p) {
         return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     }
+    // The low (high: false) or high nibbles of v's bytes.
+    static CLEF_I8_INLINE I nibbles(I v, bool high) {
+        return _mm256_and_si256(high ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f));
+    }
     static CLEF_I8_INLINE F fzero() { return _mm256_setzero_ps(); }
     static CLEF_I8_INLINE F fload(const void* p) { return _mm256_loadu_ps(static_cast<const float*>(p)); }
     static CLEF_I8_INLINE F fset1(float v) { return _mm256_set1_ps(v); }
@@ -214,8 +220,12 @@ struct Avx2 : X256 {
         return zero();
     }
     template <int kBits>
-    static CLEF_I8_INLINE W weights(const unsigned char* p) {
+    static CLEF_I8_INLINE W weights(const unsigned char* p, bool high) {
         const I v = load(p);
+        if constexpr (kBits == 4) {
+            const I u = nibbles(v, high);
+            return {u, u};
+        }
         if constexpr (kBits) return {v, v};
         const I w = _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80)));
         return {w, _mm256_abs_epi8(w)};
@@ -262,7 +272,8 @@ struct VnniSteps : Base {
         return Base::set1(v);
     }
     template <int kBits>
-    static CLEF_I8_INLINE W weights(const unsigned char* p) {
+    static CLEF_I8_INLINE W weights(const unsigned char* p, bool high) {
+        if constexpr (kBits == 4) return Base::nibbles(Base::load(p), high);
         return Base::load(p);
     }
     template <int kBits>
@@ -283,6 +294,9 @@ struct X512 {
     static CLEF_I8_INLINE I zero() { return _mm512_setzero_si512(); }
     static CLEF_I8_INLINE I set1(int32_t v) { return _mm512_set1_epi32(v); }
     static CLEF_I8_INLINE I load(const unsigned char* p) { return _mm512_loadu_si512(p); }
+    static CLEF_I8_INLINE I nibbles(I v, bool high) {
+        return _mm512_and_si512(high ? _mm512_srli_epi16(v, 4) : v, _mm512_set1_epi8(0x0f));
+    }
     static CLEF_I8_INLINE F fzero() { return _mm512_setzero_ps(); }
     static CLEF_I8_INLINE F fload(const void* p) { return _mm512_loadu_ps(p); }
     static CLEF_I8_INLINE F add_scaled(F acc, I sum, F scale, float s) {
@@ -334,10 +348,11 @@ CLEF_I8_FN void tile(const I8Rows& x, const I8Tile& t, int row0, int col0) {
     using I = typename Isa::I;
     using F = typename Isa::F;
     constexpr int L = Isa::kLanes;
-    constexpr int64_t kBlockBytes = kBits ? kU8PanelBlockBytes : kI8PanelBlockBytes;
+    constexpr int64_t kBlockBytes = panel_block_bytes(kBits);
     constexpr int kGroup = Isa::group(kBits);
-    const unsigned char* col[V];  // vector v's first byte in block 0 (its columns' 4 bytes of step 0)
-    int n[V];                     // vector v's columns in the tile
+    constexpr int kPairs = kI8Block / 8;  // nibble panels: steps st and st + kPairs share 64 bytes
+    const unsigned char* col[V];          // vector v's first byte in block 0 (its columns' 4 bytes of step 0)
+    int n[V];                             // vector v's columns in the tile
     for (int v = 0; v < V; ++v) {
         const int c = col0 + v * L;
         col[v] = t.panel + (c / kI8Cols) * t.panel_stride + (c % kI8Cols) * 4;
@@ -363,8 +378,10 @@ CLEF_I8_FN void tile(const I8Rows& x, const I8Tile& t, int row0, int col0) {
 #pragma GCC unroll 8
             for (int st = g; st < g + kGroup; ++st) {
                 typename Isa::W w[V];
+                const int at = kBits == 4 ? st % kPairs : st;  // the step's 64 bytes
                 for (int v = 0; v < V; ++v)
-                    w[v] = Isa::template weights<kBits>(col[v] + b * kBlockBytes + st * (kI8Cols * 4));
+                    w[v] = Isa::template weights<kBits>(col[v] + b * kBlockBytes + at * (kI8Cols * 4),
+                                                        st >= kPairs);
                 for (int r = 0; r < R; ++r) {
                     const auto xv = Isa::template bcast<kBits>(
                         reinterpret_cast<const int8_t*>(xr[r] + b * kI8ActBytes + st * 4));
@@ -375,7 +392,7 @@ CLEF_I8_FN void tile(const I8Rows& x, const I8Tile& t, int row0, int col0) {
                 for (int v = 0; v < V; ++v) sum[r][v] = Isa::template close<kBits>(sum[r][v], part[r][v]);
         }
         for (int v = 0; v < V; ++v) {
-            const unsigned char* sc = col[v] + b * kBlockBytes + kI8Block * kI8Cols;  // ws or D, then O
+            const unsigned char* sc = col[v] + b * kBlockBytes + panel_level_bytes(kBits);  // ws or D, then O
             const F d = Isa::fload(sc);
             for (int r = 0; r < R; ++r) {
                 const unsigned char* word = xr[r] + b * kI8ActBytes + kI8Block;  // s, then ssum
@@ -434,7 +451,7 @@ void PanelBlock(const I8Rows& x, const I8Tile& t) {
     return tiles<Avx2, 0>(x, t);
 #else
 #if HWY_ARCH_ARM_A64
-    if (dotprod_enabled()) return panel_block_dotprod(x, t, false);
+    if (dotprod_enabled()) return panel_block_dotprod(x, t, 0);
 #endif
     note_extension(Ext::None);
     panel_block_ref(x, t);
@@ -446,11 +463,11 @@ void PanelBlockU(const I8Rows& x, const I8Tile& t, int bits) {
     note_target(KernelFamily::Int8, HWY_TARGET);
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
     if ((HWY_TARGET <= HWY_AVX3 ? cpu_avx512_vnni() : cpu_avx_vnni()))
-        return tiles<Vnni, 4>(x, t);  // u < 32 either way: every step goes into the int32 sums
+        return bits == 4 ? tiles<Vnni, 4>(x, t) : tiles<Vnni, 5>(x, t);
     return bits == 4 ? tiles<Avx2, 4>(x, t) : tiles<Avx2, 5>(x, t);
 #else
 #if HWY_ARCH_ARM_A64
-    if (dotprod_enabled()) return panel_block_dotprod(x, t, true);
+    if (dotprod_enabled()) return panel_block_dotprod(x, t, bits);
 #endif
     note_extension(Ext::None);
     panel_block_u_ref(x, t, bits);
@@ -526,14 +543,19 @@ namespace {
 #define CLEF_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
 
 // One step S of four (the activation levels xv[r] hold four steps): sdot of the half panel's two 16-byte
-// quarters (columns 0-3 into lo, 4-7 into hi) with lane S of each row; signed panels' bytes xor 0x80 first.
-template <int R, int S, bool kLevels>
-CLEF_DOTPROD inline void dot_step(const unsigned char* w, const int8x16_t (&xv)[R], int32x4_t (&lo)[R],
-                                  int32x4_t (&hi)[R]) {
+// quarters (columns 0-3 into lo, 4-7 into hi) with lane S of each row; signed panels' bytes xor 0x80 first,
+// nibble panels' low (high: the high) nibbles.
+template <int R, int S, int kBits>
+CLEF_DOTPROD inline void dot_step(const unsigned char* w, bool high, const int8x16_t (&xv)[R],
+                                  int32x4_t (&lo)[R], int32x4_t (&hi)[R]) {
     uint8x16_t u0 = vld1q_u8(w), u1 = vld1q_u8(w + 16);
-    if constexpr (!kLevels) {
+    if constexpr (kBits == 0) {
         u0 = veorq_u8(u0, vdupq_n_u8(0x80));
         u1 = veorq_u8(u1, vdupq_n_u8(0x80));
+    } else if constexpr (kBits == 4) {
+        const uint8x16_t low = vdupq_n_u8(0x0f);
+        u0 = high ? vshrq_n_u8(u0, 4) : vandq_u8(u0, low);
+        u1 = high ? vshrq_n_u8(u1, 4) : vandq_u8(u1, low);
     }
     const int8x16_t w0 = vreinterpretq_s8_u8(u0), w1 = vreinterpretq_s8_u8(u1);
     for (int r = 0; r < R; ++r) {
@@ -547,12 +569,12 @@ CLEF_DOTPROD inline float32x4_t load_f32(const unsigned char* p) {
     return vreinterpretq_f32_u8(vld1q_u8(p));
 }
 
-// R activation rows (row0 on) against the 8 columns col0.. of the tile (half a panel), signed (kLevels false)
-// or level panels. One-dimensional arrays per half of the columns: gcc keeps them in registers, [R][2] ones
-// in memory.
-template <int R, bool kLevels>
+// R activation rows (row0 on) against the 8 columns col0.. of the tile (half a panel) of a panel kind (kBits:
+// ops/int8_kernels.h). One-dimensional arrays per half of the columns: gcc keeps them in registers, [R][2]
+// ones in memory.
+template <int R, int kBits>
 CLEF_DOTPROD void rows_dotprod(const I8Rows& x, const I8Tile& t, int row0, int col0) {
-    constexpr int64_t kBlockBytes = kLevels ? kU8PanelBlockBytes : kI8PanelBlockBytes;
+    constexpr int64_t kBlockBytes = panel_block_bytes(kBits);
     const unsigned char* col = t.panel + (col0 / kI8Cols) * t.panel_stride + (col0 % kI8Cols) * 4;
     const int ncols = std::clamp(t.ncols - col0, 0, 8);
     float* y = t.y + row0 * t.ldy + col0;
@@ -572,14 +594,17 @@ CLEF_DOTPROD void rows_dotprod(const I8Rows& x, const I8Tile& t, int row0, int c
             for (int r = 0; r < R; ++r)
                 xv[r] = vld1q_s8(
                     reinterpret_cast<const int8_t*>(x.p + (row0 + r) * x.ld + b * kI8ActBytes + h * 16));
-            const unsigned char* w = pb + h * 4 * (kI8Cols * 4);
-            dot_step<R, 0, kLevels>(w, xv, lo, hi);
-            dot_step<R, 1, kLevels>(w + kI8Cols * 4, xv, lo, hi);
-            dot_step<R, 2, kLevels>(w + 2 * kI8Cols * 4, xv, lo, hi);
-            dot_step<R, 3, kLevels>(w + 3 * kI8Cols * 4, xv, lo, hi);
+            // Steps 4h to 4h + 3: their own 64 bytes each, or (nibble panels) the four groups' low or high
+            // nibbles.
+            const unsigned char* w = kBits == 4 ? pb : pb + h * 4 * (kI8Cols * 4);
+            const bool high = kBits == 4 && h == 1;
+            dot_step<R, 0, kBits>(w, high, xv, lo, hi);
+            dot_step<R, 1, kBits>(w + kI8Cols * 4, high, xv, lo, hi);
+            dot_step<R, 2, kBits>(w + 2 * kI8Cols * 4, high, xv, lo, hi);
+            dot_step<R, 3, kBits>(w + 3 * kI8Cols * 4, high, xv, lo, hi);
         }
         // The column scales (ws or D), then for level panels the offsets O.
-        const unsigned char* sc = pb + kI8Block * kI8Cols;
+        const unsigned char* sc = pb + panel_level_bytes(kBits);
         const float32x4_t d_lo = load_f32(sc), d_hi = load_f32(sc + 16);
         for (int r = 0; r < R; ++r) {
             const unsigned char* word = x.p + (row0 + r) * x.ld + b * kI8ActBytes + kI8Block;  // s, then ssum
@@ -587,7 +612,7 @@ CLEF_DOTPROD void rows_dotprod(const I8Rows& x, const I8Tile& t, int row0, int c
             std::memcpy(&sx, word, 4);
             acc_lo[r] = vfmaq_f32(acc_lo[r], vcvtq_f32_s32(lo[r]), vmulq_n_f32(d_lo, sx));
             acc_hi[r] = vfmaq_f32(acc_hi[r], vcvtq_f32_s32(hi[r]), vmulq_n_f32(d_hi, sx));
-            if constexpr (kLevels) {
+            if constexpr (kBits != 0) {
                 const float32x4_t o_lo = load_f32(sc + kI8Cols * 4), o_hi = load_f32(sc + kI8Cols * 4 + 16);
                 float ssum;
                 std::memcpy(&ssum, word + 4, 4);
@@ -607,20 +632,20 @@ CLEF_DOTPROD void rows_dotprod(const I8Rows& x, const I8Tile& t, int row0, int c
 
 #undef CLEF_DOTPROD
 
-template <bool kLevels>
+template <int kBits>
 void dotprod(const I8Rows& x, const I8Tile& t) {
     note_extension(Ext::Dotprod);
     for (int c0 = 0; c0 < t.ncols; c0 += 8)
         for (int r0 = 0; r0 < x.rows;) {
             const int rows = x.rows - r0;
             if (rows >= 4) {
-                rows_dotprod<4, kLevels>(x, t, r0, c0);
+                rows_dotprod<4, kBits>(x, t, r0, c0);
                 r0 += 4;
             } else if (rows >= 2) {
-                rows_dotprod<2, kLevels>(x, t, r0, c0);
+                rows_dotprod<2, kBits>(x, t, r0, c0);
                 r0 += 2;
             } else {
-                rows_dotprod<1, kLevels>(x, t, r0, c0);
+                rows_dotprod<1, kBits>(x, t, r0, c0);
                 r0 += 1;
             }
         }
@@ -632,11 +657,10 @@ bool dotprod_enabled() {
     return cpu_features().asimd_dotprod;
 }
 
-void panel_block_dotprod(const I8Rows& x, const I8Tile& t, bool levels) {
-    if (levels)
-        dotprod<true>(x, t);
-    else
-        dotprod<false>(x, t);
+void panel_block_dotprod(const I8Rows& x, const I8Tile& t, int bits) {
+    if (bits == 0) return dotprod<0>(x, t);
+    if (bits == 4) return dotprod<4>(x, t);
+    dotprod<5>(x, t);
 }
 #endif
 
@@ -711,12 +735,19 @@ void quantize_acts_ref(const float* x, int64_t k, unsigned char* out, bool level
 
 namespace {
 
-// The twins' one body: y[r][c] over the tile's blocks, with weight t (as a level or a signed level) of column
-// c in block b at pb[(t / 4) * kI8Cols * 4 + c * 4 + t % 4] minus `bias`.
-template <bool kLevels>
+// Weight k of column c in a block's panel bytes pb (a panel kind: ops/int8_kernels.h): a level, or for signed
+// panels w + kI8Bias.
+int panel_level(const unsigned char* pb, int k, int c, int bits) {
+    if (bits != 4) return pb[(k / 4) * kI8Cols * 4 + c * 4 + k % 4];
+    const int byte = pb[(k % 16 / 4) * kI8Cols * 4 + c * 4 + k % 4];  // levels k and k + 16 share a byte
+    return k < 16 ? byte & 0xf : byte >> 4;
+}
+
+// The twins' one body: y[r][c] over the tile's blocks of a panel kind (bits).
+template <int kBits>
 void panel_ref(const I8Rows& x, const I8Tile& t) {
-    constexpr int64_t kBlockBytes = kLevels ? kU8PanelBlockBytes : kI8PanelBlockBytes;
-    constexpr int bias = kLevels ? 0 : kI8Bias;
+    constexpr int64_t kBlockBytes = panel_block_bytes(kBits);
+    constexpr int bias = kBits ? 0 : kI8Bias;
     for (int r = 0; r < x.rows; ++r)
         for (int c = 0; c < t.ncols; ++c) {
             const unsigned char* panel = t.panel + (c / kI8Cols) * t.panel_stride;
@@ -728,15 +759,15 @@ void panel_ref(const I8Rows& x, const I8Tile& t) {
                 const int8_t* q = reinterpret_cast<const int8_t*>(xb);
                 int32_t sum = 0;
                 for (int k = 0; k < kI8Block; ++k)
-                    sum += int32_t{q[k]} * (pb[(k / 4) * kI8Cols * 4 + cc * 4 + k % 4] - bias);
+                    sum += int32_t{q[k]} * (panel_level(pb, k, cc, kBits) - bias);
                 float d;
-                std::memcpy(&d, pb + kI8Block * kI8Cols + cc * 4, 4);
+                std::memcpy(&d, pb + panel_level_bytes(kBits) + cc * 4, 4);
                 float xs;
                 std::memcpy(&xs, xb + kI8Block, 4);
                 acc = std::fma(static_cast<float>(sum), d * xs, acc);
-                if constexpr (kLevels) {
+                if constexpr (kBits != 0) {
                     float o;
-                    std::memcpy(&o, pb + kI8Block * kI8Cols + kI8Cols * 4 + cc * 4, 4);
+                    std::memcpy(&o, pb + panel_level_bytes(kBits) + kI8Cols * 4 + cc * 4, 4);
                     float ssum;
                     std::memcpy(&ssum, xb + kI8Block + 4, 4);
                     acc = std::fma(o, ssum, acc);
@@ -749,12 +780,13 @@ void panel_ref(const I8Rows& x, const I8Tile& t) {
 }  // namespace
 
 void panel_block_ref(const I8Rows& x, const I8Tile& t) {
-    panel_ref<false>(x, t);
+    panel_ref<0>(x, t);
 }
 
 void panel_block_u_ref(const I8Rows& x, const I8Tile& t, int bits) {
     if (bits != 4 && bits != 5) throw Error("int8: level panels hold 4- or 5-bit levels");
-    panel_ref<true>(x, t);
+    if (bits == 4) return panel_ref<4>(x, t);
+    panel_ref<5>(x, t);
 }
 
 }  // namespace clef::ops::i8

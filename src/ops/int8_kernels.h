@@ -12,9 +12,12 @@
 // another. The levels are stored as w + kI8Bias (unsigned bytes 1 to 255): the unsigned operand of vpdpbusd
 // as they are, w again by one xor with 0x80 where a kernel wants signed bytes.
 //
-// Level panels (weights with unsigned levels u < 2^bits and w = D * u + O per 32 values: quant/levels.h): the
-// same steps of levels (as they are, no bias), then the kI8Cols D and the kI8Cols O as fp32:
-// kU8PanelBlockBytes per block.
+// Level panels (weights with unsigned levels u < 2^bits and w = D * u + O per 32 values: quant/levels.h), of
+// 5-bit levels: the same steps of levels (as they are, no bias), then the kI8Cols D and the kI8Cols O as
+// fp32: kU8PanelBlockBytes per block. Of 4-bit levels (nibble panels): two steps per 64 bytes, kI8Block / 8
+// of them (step g in the low nibbles, step g + kI8Block / 8 in the high ones: byte e of column c in group g
+// holds the levels of k = 4g + e and 4g + 16 + e, the pairing of Q4_0's bytes), then the D and the O:
+// kN4PanelBlockBytes per block.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +31,15 @@ constexpr int kI8Rows = 8;       // activation rows per panel_block call at most
 constexpr int kI8Bias = 128;     // signed panels hold w + kI8Bias
 constexpr int64_t kI8PanelBlockBytes = kI8Block * kI8Cols + kI8Cols * 4;
 constexpr int64_t kU8PanelBlockBytes = kI8Block * kI8Cols + 2 * kI8Cols * 4;
+constexpr int64_t kN4PanelBlockBytes = kI8Block * kI8Cols / 2 + 2 * kI8Cols * 4;
+// Bytes per block of k of one panel of a kind (bits: 0 signed panels, 4 nibble panels, 5 level panels) and
+// the bytes of levels among them.
+constexpr int64_t panel_block_bytes(int bits) {
+    return bits == 0 ? kI8PanelBlockBytes : bits == 4 ? kN4PanelBlockBytes : kU8PanelBlockBytes;
+}
+constexpr int64_t panel_level_bytes(int bits) {
+    return bits == 4 ? kI8Block * kI8Cols / 2 : kI8Block * kI8Cols;
+}
 
 // Levels q[k_padded] and scales s[k_padded / kI8Block] of x[k]; the padding (k up to a whole block) is zero.
 void quantize_row(const float* x, int64_t k, int8_t* q, float* s);
@@ -67,8 +79,9 @@ struct I8Tile {
 void panel_block(const I8Rows& x, const I8Tile& t);
 void panel_block_ref(const I8Rows& x, const I8Tile& t);
 
-// Level panels (bits: 4 or 5): per block two fused multiply-adds, S * (D[b][c] * s[r][b]) then O[b][c] times
-// the block's s * sum word, S = sum_t q[r][t] u[c][t]; x quantised with levels = true.
+// Level panels (bits: 4 nibble panels, 5 level panels): per block two fused multiply-adds, S * (D[b][c] *
+// s[r][b]) then O[b][c] times the block's s * sum word, S = sum_t q[r][t] u[c][t]; x quantised with levels =
+// true.
 void panel_block_u(const I8Rows& x, const I8Tile& t, int bits);
 void panel_block_u_ref(const I8Rows& x, const I8Tile& t, int bits);
 

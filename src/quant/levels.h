@@ -13,7 +13,8 @@ namespace clef {
 // 4 or 5 for the types above, else 0.
 int affine_level_bits(GgmlType t);
 
-// The n values (a multiple of the type's block) of row data p as levels u[n] and per-32 (D, O)[n / 32].
+// The n values (a multiple of the type's block) of row data p as levels u (ops::level_row_bytes(bits, n)
+// bytes: 4-bit levels two per byte) and per-32 (D, O)[n / 32].
 void row_levels(GgmlType t, const void* p, int64_t n, uint8_t* u, float* D, float* O);
 
 // Whether m's rows have levels: an affine type, whole 32-value blocks, column groups (if any) of whole
