@@ -167,10 +167,10 @@ uint64_t int8_packed_bytes(int64_t n, int64_t k, int bits) {
 
 uint64_t int8_stream_scratch_bytes(int64_t k) {
     const int64_t nb = (k + kI8Block - 1) / kI8Block, kp = nb * kI8Block;
-    // Impl::Scratch for kMinCols rows: fp32 rows, their levels, two fp32 per block; one task's panels (the
-    // largest kind).
+    // Impl::Scratch for kMinCols rows: fp32 rows, their levels, two fp32 per block; their panels (the largest
+    // kind).
     const int64_t rows = kMinCols * (k * 4 + kp + nb * 8);
-    return static_cast<uint64_t>(rows) + int8_packed_bytes(kColBlock, k, 5);
+    return static_cast<uint64_t>(rows) + int8_packed_bytes(kMinCols, k, 5);
 }
 
 Int8Linear::Int8Linear() = default;
@@ -324,14 +324,18 @@ void Int8Linear::forward(const float* x, int64_t m, float* y, const float* bias,
         for (;;) {
             const auto [c0, nc] = next_columns(next, n, omp_get_num_threads());
             if (nc == 0) break;
-            if (p.streamed()) {
-                own.resize(static_cast<size_t>((kColBlock / kI8Cols) * p.panel_bytes()));
-                p.decode(p.src, c0, nc, k, sc, own.data(), quantize);
+            if (!p.streamed()) {
+                column_block(a, m, p.packed.data() + (c0 / kI8Cols) * p.panel_bytes(), p.panel_bytes(),
+                             p.bits, nc, y + c0, n, reference, kb);
+                continue;
             }
-            // A packed layer's own panels (no offset on its empty buffer when streamed: UBSan).
-            const unsigned char* panels =
-                p.streamed() ? own.data() : p.packed.data() + (c0 / kI8Cols) * p.panel_bytes();
-            column_block(a, m, panels, p.panel_bytes(), p.bits, nc, y + c0, n, reference, kb);
+            // Streamed: kMinCols columns decoded at a time and used while their panels are in the L2 cache.
+            own.resize(static_cast<size_t>((kMinCols / kI8Cols) * p.panel_bytes()));
+            for (int64_t j = 0; j < nc; j += kMinCols) {
+                const int64_t w = std::min(kMinCols, nc - j);
+                p.decode(p.src, c0 + j, w, k, sc, own.data(), quantize);
+                column_block(a, m, own.data(), p.panel_bytes(), p.bits, w, y + c0 + j, n, reference, kb);
+            }
         }
     }
     if (!bias) return;

@@ -21,8 +21,9 @@
 //
 // Memory: Packed holds k_padded + 4 * k_padded / 32 bytes per row (1.125 bytes per weight; 1.25 with 5-bit
 // levels, 0.75 with 4-bit ones: two per byte);
-// Streamed holds nothing between calls and, per calling thread during one, the rows it decodes at once
-// (fp32) and one task's panels (int8_packed_bytes, int8_stream_scratch_bytes).
+// Streamed holds nothing between calls and, per calling thread during one, the 64 rows it decodes at once
+// (fp32) and their panels, used while they are in the L2 cache (int8_packed_bytes,
+// int8_stream_scratch_bytes).
 #pragma once
 
 #include <cstdint>
