@@ -7,7 +7,7 @@
 //   fma rate   the same for vfmadd231ps on the widest vectors the class has (512 or 256 bits);
 //   fp32 yard  the exact path's fp32 yardstick (oneDNN's fp32 matmul 512x4096x4096, what clef bench measures
 //              exact precision against);
-//   kernel     the int8 panel kernels with their operands in cache, signed and 4-bit level panels
+//   kernel     the int8 panel kernels with their operands in cache, signed and 4-bit nibble panels
 //              (ops::int8_kernel_gops, clef bench's int8 yardstick),
 // and the ratios: kernel / fp32 yardstick (the targets: >= 3x with AVX512-VNNI, >= 1.8x with
 // AVX-VNNI,
@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
     std::printf("| fma rate: %s, GFLOP/s | %.0f | %.0f |\n", hw.fma, hw.fma_1, hw.fma_all);
     std::printf("| fp32 yardstick: oneDNN fp32 matmul 512x4096x4096, GFLOP/s | | %.0f |\n", yard);
     std::printf("| int8 kernel in cache, signed panels, GOP/s | | %.0f |\n", signed_gops);
-    std::printf("| int8 kernel in cache, 4-bit level panels, GOP/s | | %.0f |\n", level_gops);
+    std::printf("| int8 kernel in cache, 4-bit nibble panels, GOP/s | | %.0f |\n", level_gops);
     if (yard > 0) std::printf("| kernel / fp32 yardstick | | %.2fx |\n", best / yard);
     if (hw.dot_all > 0) std::printf("| kernel / dot rate | | %.0f %% |\n", 100.0 * best / hw.dot_all);
     if (hw.fma_all > 0) std::printf("| dot rate / fma rate | | %.2fx |\n", hw.dot_all / hw.fma_all);

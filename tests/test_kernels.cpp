@@ -652,7 +652,7 @@ TEST(Int8Linear, WithinTheQuantisationBoundPackedStreamedAndThreaded) {
         const int64_t nb = (k + kI8Block - 1) / kI8Block;
         EXPECT_EQ(packed.packed_bytes(),
                   static_cast<size_t>((n + kI8Cols - 1) / kI8Cols * nb * kI8PanelBlockBytes));
-        EXPECT_EQ(packed.packed_bytes(), ops::int8_packed_bytes(n, k, false));
+        EXPECT_EQ(packed.packed_bytes(), ops::int8_packed_bytes(n, k, 0));
         EXPECT_EQ(streamed.packed_bytes(), 0u);
         std::vector<float> want(static_cast<size_t>(m * n)), got(want.size());
         packed.forward(x.data(), m, want.data(), bias.data(), /*reference=*/true);
