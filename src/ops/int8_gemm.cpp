@@ -25,9 +25,9 @@ using i8::panel_block_bytes;
 
 namespace {
 
-// Output columns per task at most (one streamed decode): a slice of the activations passes from the L2 cache
-// once for this many columns. Tasks narrow to kMinCols as the columns run out, so that no thread waits long
-// for the last (docs/PERFORMANCE.md, int8 in situ).
+// Output columns per task at most (one claim of the shared counter; a streamed task decodes them kMinCols at
+// a time). Tasks narrow to kMinCols as the columns run out, so that no thread waits long for the last
+// (docs/PERFORMANCE.md, int8 in situ).
 constexpr int64_t kColBlock = 16 * kI8Cols;
 constexpr int64_t kMinCols = 4 * kI8Cols;
 // Blocks of k per kernel call at most: a tile's weights over them come from the L2 cache while every row of

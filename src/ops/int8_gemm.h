@@ -90,7 +90,7 @@ private:
 // whole panels of kI8Cols rows (ops/int8_kernels.h).
 uint64_t int8_packed_bytes(int64_t n, int64_t k, int bits);
 // Bytes one calling thread holds during a forward of a streamed Int8Linear with rows of k: the rows it
-// decodes at once and the panels of one task.
+// decodes at once and their panels.
 uint64_t int8_stream_scratch_bytes(int64_t k);
 
 // How this machine runs Precision::Int8: "int8(<target>)", the dispatch target of the panel kernels and their
