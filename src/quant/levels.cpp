@@ -21,7 +21,7 @@ using ops::kQKK;
 // levels' own layout, ops/int8_gemm.h level_row_bytes); Q5's fifth bits in qh (bit j for element j).
 template <class Block, bool kFifth>
 void small_blocks(const Block* b, int64_t nb, uint8_t* u, float* D, float* O, float offset_levels) {
-    for (int64_t i = 0; i < nb; ++i, u += kFifth ? kQK : kQK / 2) {
+    for (int64_t i = 0; i < nb; ++i, u += ops::level_row_bytes(kFifth ? 5 : 4, kQK)) {
         if constexpr (kFifth) {
             uint32_t qh = 0;
             std::memcpy(&qh, b[i].qh, 4);
@@ -47,7 +47,7 @@ template <class Block, bool kFifth>
 void k_blocks(const Block* b, int64_t nb, uint8_t* u, float* D, float* O) {
     for (int64_t i = 0; i < nb; ++i) {
         const float d = f16_to_f32(b[i].d), dmin = f16_to_f32(b[i].dmin);
-        for (int g = 0; g < 4; ++g, u += kFifth ? 64 : 32, D += 2, O += 2) {
+        for (int g = 0; g < 4; ++g, u += ops::level_row_bytes(kFifth ? 5 : 4, 2 * kQK), D += 2, O += 2) {
             for (int h = 0; h < 2; ++h) {
                 int sc, m;
                 ops::scale_min_k4(2 * g + h, b[i].scales, sc, m);
